@@ -1,0 +1,148 @@
+// Owns a cheap structural pass over the raw message, done beside mailparser because mailparser
+// repairs silently: it counts the top-level header fields (a message without any is unparseable),
+// finds multipart boundaries that are never closed, and collects the charsets text parts declare.
+// It reads header blocks and delimiter lines only; bodies are skipped with Buffer.indexOf.
+
+export interface MimeStructure {
+  /** syntactically valid fields in the top-level header block */
+  headerFields: number;
+  /** boundaries of multiparts whose close delimiter (`--boundary--`) never appears */
+  unclosedBoundaries: string[];
+  /** charset parameters declared by text/* parts, lowercase, deduplicated */
+  textCharsets: string[];
+}
+
+interface HeaderBlock {
+  /** offset of the first byte after the block (after its blank line, or the end of input) */
+  end: number;
+  validFields: number;
+  contentType: ContentType | null;
+}
+
+interface ContentType {
+  type: string;
+  params: Record<string, string>;
+}
+
+const LF = 0x0a;
+const CR = 0x0d;
+const DASH = 0x2d;
+const LINE_THEN_DASHES = Buffer.from('\n--', 'latin1');
+const FIELD_NAME = /^[\x21-\x39\x3b-\x7e]+$/;
+const CONTENT_TYPE_PARAM = /;\s*([^\s=;]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;\s]*)/g;
+// RFC 2046 caps a boundary at 70 characters; this leaves room for sloppy senders while keeping a
+// body line that merely starts with "--" from being copied out whole.
+const MAX_DELIMITER_LINE = 1024;
+// message/rfc822 inside message/rfc822 inside ...: deeper nesting is not scanned, only parsed.
+const MAX_NESTED_MESSAGES = 32;
+
+export function scanStructure(raw: Buffer): MimeStructure {
+  const open: string[] = [];
+  const unclosed: string[] = [];
+  const charsets = new Set<string>();
+
+  // Applies one part's Content-Type and returns where its body starts. An encapsulated message's
+  // own header block follows the part's headers directly, so it is read here too.
+  const enterPart = (block: HeaderBlock, depth: number): number => {
+    const contentType = block.contentType;
+    if (contentType === null) return block.end;
+    const boundary = contentType.params.boundary;
+    if (contentType.type.startsWith('multipart/') && boundary) {
+      open.push(boundary);
+    } else if (contentType.type.startsWith('text/') && contentType.params.charset) {
+      charsets.add(contentType.params.charset.toLowerCase());
+    } else if (contentType.type === 'message/rfc822' && depth < MAX_NESTED_MESSAGES) {
+      return enterPart(readHeaderBlock(raw, block.end), depth + 1);
+    }
+    return block.end;
+  };
+
+  const top = readHeaderBlock(raw, 0);
+  let position = enterPart(top, 0);
+  while (open.length > 0 && position < raw.length) {
+    const lineStart = nextDashLine(raw, position);
+    if (lineStart === -1) break;
+    const newline = raw.indexOf(LF, lineStart);
+    const next = newline === -1 ? raw.length : newline + 1;
+    const lineEnd = Math.min(newline === -1 ? raw.length : newline, lineStart + MAX_DELIMITER_LINE);
+    const line = raw.toString('latin1', lineStart, lineEnd).trimEnd();
+    position = next;
+    // innermost first; a delimiter of an outer multipart implicitly ends the inner ones
+    for (let depth = open.length - 1; depth >= 0; depth--) {
+      const boundary = open[depth]!;
+      if (line === `--${boundary}--`) {
+        unclosed.push(...open.splice(depth + 1));
+        open.pop();
+        break;
+      }
+      if (line === `--${boundary}`) {
+        unclosed.push(...open.splice(depth + 1));
+        position = enterPart(readHeaderBlock(raw, next), 0);
+        break;
+      }
+    }
+  }
+  unclosed.push(...open);
+  return { headerFields: top.validFields, unclosedBoundaries: unclosed, textCharsets: [...charsets] };
+}
+
+function nextDashLine(raw: Buffer, from: number): number {
+  if (raw[from] === DASH && raw[from + 1] === DASH && (from === 0 || raw[from - 1] === LF)) return from;
+  const found = raw.indexOf(LINE_THEN_DASHES, from);
+  return found === -1 ? -1 : found + 1;
+}
+
+function readHeaderBlock(raw: Buffer, start: number): HeaderBlock {
+  let position = start;
+  let validFields = 0;
+  // the unfolded value of the block's first Content-Type field; continuation lines are appended
+  // while `inContentType` holds
+  let contentType = '';
+  let sawContentType = false;
+  let inContentType = false;
+  while (position < raw.length) {
+    const newline = raw.indexOf(LF, position);
+    const next = newline === -1 ? raw.length : newline + 1;
+    let end = newline === -1 ? raw.length : newline;
+    if (end > position && raw[end - 1] === CR) end--;
+    if (end === position) {
+      position = next;
+      break;
+    }
+    const first = raw[position];
+    if (first === 0x20 || first === 0x09) {
+      if (inContentType) contentType += raw.toString('latin1', position, end);
+    } else {
+      const line = raw.toString('latin1', position, end);
+      const colon = line.indexOf(':');
+      const name = colon > 0 ? line.slice(0, colon).trimEnd() : '';
+      inContentType = false;
+      if (FIELD_NAME.test(name)) {
+        validFields++;
+        // the first Content-Type wins, as in mailsplit
+        if (!sawContentType && name.toLowerCase() === 'content-type') {
+          contentType = line.slice(colon + 1);
+          sawContentType = true;
+          inContentType = true;
+        }
+      }
+    }
+    position = next;
+  }
+  return {
+    end: position,
+    validFields,
+    contentType: sawContentType ? parseContentType(contentType) : null,
+  };
+}
+
+function parseContentType(value: string): ContentType {
+  const semicolon = value.indexOf(';');
+  const type = (semicolon === -1 ? value : value.slice(0, semicolon)).trim().toLowerCase();
+  const params: Record<string, string> = Object.create(null);
+  for (const [, name = '', rawValue = ''] of value.matchAll(CONTENT_TYPE_PARAM)) {
+    const quoted = rawValue.startsWith('"');
+    params[name.toLowerCase()] = quoted ? rawValue.slice(1, -1).replace(/\\(.)/g, '$1') : rawValue;
+  }
+  return { type, params };
+}

@@ -1,0 +1,208 @@
+// Owns the mapping from one raw message to its webhook payload bodies (SPEC "webhook payload JSON"):
+// one UTF-8 JSON body per delivery, the shared part serialised once. Runs inside a parse worker
+// thread, so it is pure (no I/O) and returns plain objects only.
+import type { Attachment, HeaderLines, ParsedMail } from 'mailparser';
+import { simpleParser } from 'mailparser';
+import type { DefectSink, HeaderField } from './header-text.ts';
+import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
+import { scanStructure } from './mime-structure.ts';
+
+export interface Envelope {
+  mail_from: string;
+  rcpt_to: string[];
+}
+export interface DeliverySpec {
+  key: string;
+  to: string[];
+  plusTag?: string;
+}
+export interface ParseInput {
+  raw: Uint8Array;
+  envelope: Envelope;
+  receivedAt: string;
+  deliveries: DeliverySpec[];
+}
+export interface MessageSummary {
+  message_id: string;
+  from: string;
+  subject: string;
+}
+export type ParseOutput =
+  | { ok: true; summary: MessageSummary; bodies: Array<{ key: string; body: Uint8Array }>; defects: string[] }
+  | { ok: false; code: 'unparseable'; message: string };
+
+/** The `attachments[]` entries of the payload. */
+export interface PayloadAttachment {
+  filename: string;
+  content_type: string;
+  size: number;
+  content: string;
+}
+
+// Skip every conversion the payload does not carry: HTML→text is slow on large HTML, and the
+// text→HTML, link and cid: rewriting would change the bodies the sender wrote.
+const PARSER_OPTIONS = Object.freeze({
+  skipHtmlToText: true,
+  skipTextToHtml: true,
+  skipTextLinks: true,
+  skipImageLinks: true,
+} as const);
+
+// Defects are notes for operators, not a log: a hostile message must not grow them without bound.
+const MAX_DEFECTS = 20;
+const REPLACEMENT_CHARACTER = '\uFFFD';
+// mailparser decodes these with encoding-japanese, which TextDecoder need not know by these labels.
+const JIS_CHARSET = /^jis|^iso-?2022-?jp/i;
+const WHITESPACE_BYTES: ReadonlySet<number> = new Set([0x09, 0x0a, 0x0d, 0x20]);
+
+const encoder = new TextEncoder();
+
+export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
+  const raw = Buffer.from(input.raw.buffer, input.raw.byteOffset, input.raw.byteLength);
+  if (raw.every((byte) => WHITESPACE_BYTES.has(byte))) {
+    return unparseable('empty message');
+  }
+  const structure = scanStructure(raw);
+  if (structure.headerFields === 0) {
+    return unparseable('no header fields: the message does not start with a "Name: value" header block');
+  }
+
+  let mail: ParsedMail;
+  try {
+    mail = await simpleParser(raw, { ...PARSER_OPTIONS });
+  } catch (error) {
+    // mailsplit's limits (e.g. a header block over 1 MiB) are the failures that end up here
+    return unparseable(`mailparser: ${error instanceof Error ? error.message : String(error)}`);
+  }
+
+  const defects = new Set<string>();
+  const defect: DefectSink = (note) => {
+    if (defects.size < MAX_DEFECTS) defects.add(note);
+  };
+
+  const fields = readFields(mail.headerLines, defect);
+  const headers = headersObject(fields);
+  const first = (name: string): HeaderField | undefined => fields.find((field) => field.name === name);
+  const fromHeader = first('from');
+  const summary: MessageSummary = {
+    // "as written": unfolded and trimmed, not decoded (a Message-ID has no encoded-words)
+    message_id: first('message-id')?.raw ?? '',
+    from: (fromHeader && firstAddress(fromHeader.raw)) || input.envelope.mail_from,
+    subject: first('subject')?.value ?? '',
+  };
+  const textBody = mail.text ?? '';
+  const htmlBody = mail.html || '';
+
+  for (const boundary of structure.unclosedBoundaries) {
+    defect(`multipart boundary "${boundary}" is never closed (missing end boundary)`);
+  }
+  const unknownCharsets = structure.textCharsets.filter((label) => !isDecodableCharset(label));
+  const charsetHint =
+    unknownCharsets.length > 0
+      ? ` (unsupported charset ${unknownCharsets.map((c) => `"${c}"`).join(', ')})`
+      : '';
+  if (textBody.includes(REPLACEMENT_CHARACTER)) {
+    defect(`text_body: undecodable bytes replaced with U+FFFD${charsetHint}`);
+  }
+  if (htmlBody.includes(REPLACEMENT_CHARACTER)) {
+    defect(`html_body: undecodable bytes replaced with U+FFFD${charsetHint}`);
+  }
+  if (defects.size >= MAX_DEFECTS) defects.add('further defects not listed');
+
+  const attachments = mail.attachments.map(toPayloadAttachment);
+  const envelope: Envelope = { mail_from: input.envelope.mail_from, rcpt_to: [...input.envelope.rcpt_to] };
+
+  // Key order is part of the contract: message_id, from, to, subject, text_body, html_body, headers,
+  // attachments, envelope, plus_tag?, received_at. `to` and `plus_tag` are the only per-delivery
+  // fields, so everything between them is encoded once and copied, never re-serialised.
+  const head = encoder.encode(`{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`);
+  const shared = encoder.encode(
+    `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
+      `,"headers":${json(headers)},"attachments":${json(attachments)},"envelope":${json(envelope)}`,
+  );
+  const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
+
+  const bodies = input.deliveries.map(({ key, to, plusTag }) => {
+    const toJson = encoder.encode(json([...to]));
+    const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
+    return { key, body: concat([head, toJson, shared, plusTagJson, tail]) };
+  });
+
+  return { ok: true, summary, bodies, defects: [...defects] };
+}
+
+function unparseable(message: string): ParseOutput {
+  return { ok: false, code: 'unparseable', message };
+}
+
+function readFields(lines: HeaderLines, defect: DefectSink): HeaderField[] {
+  const fields: HeaderField[] = [];
+  let skipped = 0;
+  for (const { line } of lines) {
+    const field = readHeaderField(line, defect);
+    if (field === null) skipped++;
+    else fields.push(field);
+  }
+  if (skipped > 0) defect(`${skipped} header line(s) without a valid "Name:" skipped`);
+  return fields;
+}
+
+// Null prototype: a header named __proto__ must become a key, not a prototype.
+function headersObject(fields: readonly HeaderField[]): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = Object.create(null);
+  for (const { name, value } of fields) {
+    const seen = headers[name];
+    if (seen === undefined) headers[name] = value;
+    else if (typeof seen === 'string') headers[name] = [seen, value];
+    else seen.push(value);
+  }
+  return headers;
+}
+
+function toPayloadAttachment(attachment: Attachment): PayloadAttachment {
+  return {
+    filename: attachment.filename ?? '',
+    content_type: declaredContentType(attachment),
+    size: attachment.content.length,
+    content: attachment.content.toString('base64'),
+  };
+}
+
+// The type the sender declared. mailparser's own contentType replaces application/octet-stream with
+// a guess from the file name extension, which is not what the message says.
+function declaredContentType(attachment: Attachment): string {
+  const header = attachment.headers.get('content-type');
+  if (
+    typeof header === 'object' &&
+    header !== null &&
+    'params' in header &&
+    typeof header.value === 'string'
+  ) {
+    return header.value.toLowerCase();
+  }
+  return attachment.contentType;
+}
+
+function isDecodableCharset(label: string): boolean {
+  return JIS_CHARSET.test(label) || charsetDecoder(label) !== null;
+}
+
+function json(value: unknown): string {
+  return JSON.stringify(value);
+}
+
+const EMPTY = new Uint8Array(0);
+
+// A fresh, exactly sized buffer per body: each body's ArrayBuffer is transferred to the main thread
+// on its own, and must not share memory with another body or Node's Buffer pool.
+function concat(parts: readonly Uint8Array[]): Uint8Array {
+  let length = 0;
+  for (const part of parts) length += part.byteLength;
+  const out = new Uint8Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.byteLength;
+  }
+  return out;
+}

@@ -1,0 +1,112 @@
+// Owns the pool of parse worker threads the event loop hands raw messages to. Parsing a message
+// (MIME walk, charset decoding, base64, JSON) is CPU work that must not stall SMTP and HTTP, so it
+// runs in piscina workers with a bounded queue and a heap limit sized for the largest message.
+// Infrastructure failures come back as results, never as rejections.
+import { Piscina } from 'piscina';
+import type { ParseInput, ParseOutput } from './payload.ts';
+
+export interface ParsePoolOptions {
+  threads: number;
+  /** tasks waiting for a thread before parse() answers pool_unavailable; default threads × 64 */
+  maxQueue?: number;
+  /** largest raw message the heap limit is sized for; default 25 MiB */
+  maxMessageBytes?: number;
+}
+
+export type PoolParseOutput =
+  | ParseOutput
+  | { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
+
+const WORKER_URL = new URL('../../workers/parse-thread.ts', import.meta.url).href;
+
+const DEFAULTS = Object.freeze({
+  queuePerThread: 64,
+  maxMessageBytes: 25 * 1024 * 1024,
+} as const);
+
+// A parse holds the raw bytes, decoded parts, base64 strings and the JSON text at once: about six
+// times the message, plus a fixed allowance for the parser's own code and data.
+const HEAP = Object.freeze({ perMessageByte: 6, baseMb: 64 } as const);
+const MIB = 1024 * 1024;
+
+// piscina rejects with plain Errors; these messages mean "not taken on", not "died while parsing".
+const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
+  'Task queue is at limit',
+  'No task queue available and all Workers are busy',
+  'Terminating worker thread',
+]);
+
+export class ParsePool {
+  #pool: Piscina<ParseInput, ParseOutput>;
+  #closed: Promise<void> | null = null;
+
+  constructor(options: ParsePoolOptions) {
+    const threads = positiveInteger('threads', options.threads);
+    const maxQueue = positiveInteger('maxQueue', options.maxQueue ?? threads * DEFAULTS.queuePerThread);
+    const maxMessageBytes = positiveInteger(
+      'maxMessageBytes',
+      options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
+    );
+    this.#pool = new Piscina<ParseInput, ParseOutput>({
+      filename: WORKER_URL,
+      minThreads: threads,
+      maxThreads: threads,
+      maxQueue,
+      resourceLimits: {
+        maxOldGenerationSizeMb: Math.ceil((maxMessageBytes * HEAP.perMessageByte) / MIB) + HEAP.baseMb,
+      },
+    });
+    // piscina emits 'error' for a worker that dies with no task on it (it then starts a replacement)
+    // and for a close that times out (it then terminates the workers). Neither concerns a caller,
+    // and an unhandled 'error' event would take the whole process down.
+    this.#pool.on('error', () => {});
+  }
+
+  /**
+   * Parses one message in a worker thread. Takes ownership of `input.raw`: when it spans its whole
+   * ArrayBuffer that buffer is transferred, and the caller's view is detached once the task reaches
+   * a thread; otherwise the bytes are copied into a buffer of their own first (`new Uint8Array`:
+   * Buffer#slice would share memory), so the message never drags along the rest of a larger buffer.
+   * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
+   */
+  async parse(input: ParseInput): Promise<PoolParseOutput> {
+    if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
+    const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
+    const task: ParseInput = { ...input, raw };
+    try {
+      return await this.#pool.run(task, { transferList: [raw.buffer] });
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      // queued tasks that close() abandons end here too: the pool went away, the message did not fail
+      if (this.#closed !== null || NOT_TAKEN_ON.has(message)) {
+        return failure('pool_unavailable', `parse pool unavailable: ${message}`);
+      }
+      return failure('worker_crashed', `parse worker failed: ${message}`);
+    }
+  }
+
+  /** Waits for running parses, then stops the threads. Safe to call more than once. */
+  close(): Promise<void> {
+    this.#closed ??= this.#pool.close();
+    return this.#closed;
+  }
+}
+
+function ownsWholeBuffer(bytes: Uint8Array): bytes is Uint8Array<ArrayBuffer> {
+  return (
+    bytes.buffer instanceof ArrayBuffer &&
+    bytes.byteOffset === 0 &&
+    bytes.byteLength === bytes.buffer.byteLength
+  );
+}
+
+function failure(code: 'pool_unavailable' | 'worker_crashed', message: string): PoolParseOutput {
+  return { ok: false, code, message };
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new RangeError(`ParsePool: ${name} must be a positive integer, got ${value}`);
+  }
+  return value;
+}

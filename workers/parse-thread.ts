@@ -1,0 +1,19 @@
+// Owns the parse worker thread's entry point (piscina): parse one message and hand the JSON bodies
+// back by transferring their ArrayBuffers, so a large payload crosses threads without a copy.
+import { move, transferableSymbol, valueSymbol } from 'piscina';
+import type { ParseInput, ParseOutput } from '../src/parse/payload.ts';
+import { parseMessage } from '../src/parse/payload.ts';
+
+export default async function parseThread(input: ParseInput): Promise<ParseOutput> {
+  const output = await parseMessage(input);
+  if (!output.ok) return output;
+  // piscina posts what is under valueSymbol and transfers every buffer listed under
+  // transferableSymbol. Each body owns its ArrayBuffer exactly (see payload.ts), so nothing else is
+  // detached with it.
+  const movable = move({
+    [transferableSymbol]: output.bodies.map(({ body }) => body.buffer),
+    [valueSymbol]: output,
+  });
+  // piscina unwraps the movable before posting: the caller receives `output` itself.
+  return movable as unknown as ParseOutput;
+}
