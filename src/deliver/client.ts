@@ -1,0 +1,150 @@
+// The outbound HTTP side of webhook delivery: one undici Agent (keep-alive pool per origin) and a
+// single `post` that performs exactly one attempt and reports its outcome. Retries, scheduling
+// and signing live elsewhere; this module never throws from `post` and never follows redirects.
+
+import type { Readable } from 'node:stream';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { Agent } from 'undici';
+import { type AttemptOutcome, classifyError, classifyStatus } from './classify.ts';
+
+/** Defaults for {@link WebhookClientOptions}. */
+export const WEBHOOK_CLIENT_DEFAULTS = Object.freeze({
+  timeoutMs: 30_000,
+  maxResponseBytes: 65_536,
+  connectionsPerOrigin: 64,
+} as const);
+
+const SUPPORTED_PROTOCOLS: readonly string[] = Object.freeze(['http:', 'https:'] as const);
+
+export interface WebhookClientOptions {
+  /** Whole exchange deadline (connect + send + headers + body), milliseconds; default 30000. */
+  timeoutMs?: number;
+  /** Response bytes read and then discarded, bytes; default 65536. Beyond this the connection is dropped. */
+  maxResponseBytes?: number;
+  /** Keep-alive connections per origin; default 64. */
+  connectionsPerOrigin?: number;
+}
+
+export interface AttemptResult {
+  outcome: AttemptOutcome;
+  /** Wall time of the attempt, milliseconds (performance.now(), fractional). */
+  durationMs: number;
+}
+
+export class WebhookClient {
+  readonly #timeoutMs: number;
+  readonly #maxResponseBytes: number;
+  readonly #agent: Agent;
+  #closing: Promise<void> | undefined;
+
+  /** @throws RangeError on a non-positive timeout or connection count, or a negative byte limit. */
+  constructor(options: WebhookClientOptions = {}) {
+    const timeoutMs = options.timeoutMs ?? WEBHOOK_CLIENT_DEFAULTS.timeoutMs;
+    const maxResponseBytes = options.maxResponseBytes ?? WEBHOOK_CLIENT_DEFAULTS.maxResponseBytes;
+    const connections = options.connectionsPerOrigin ?? WEBHOOK_CLIENT_DEFAULTS.connectionsPerOrigin;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+      throw new RangeError(`timeoutMs must be a positive number, got ${timeoutMs}`);
+    }
+    if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes < 0) {
+      throw new RangeError(`maxResponseBytes must be a non-negative integer, got ${maxResponseBytes}`);
+    }
+    if (!Number.isSafeInteger(connections) || connections <= 0) {
+      throw new RangeError(`connectionsPerOrigin must be a positive integer, got ${connections}`);
+    }
+    this.#timeoutMs = timeoutMs;
+    this.#maxResponseBytes = maxResponseBytes;
+    this.#agent = new Agent({
+      connections,
+      // Never pipeline POSTs: a slow endpoint would stall unrelated deliveries queued behind it.
+      pipelining: 1,
+      // undici's own timers default to 10 s / 300 s, which would cut a longer timeoutMs short.
+      // They bound single phases (bodyTimeout restarts on every chunk), so the AbortSignal in
+      // post() is what enforces the whole-exchange deadline.
+      connectTimeout: timeoutMs,
+      headersTimeout: timeoutMs,
+      bodyTimeout: timeoutMs,
+    });
+  }
+
+  /** One POST attempt. Resolves with the classified outcome; never rejects. */
+  async post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
+    const started = performance.now();
+    const done = (outcome: AttemptOutcome): AttemptResult => ({
+      outcome,
+      durationMs: performance.now() - started,
+    });
+
+    let target: URL;
+    try {
+      target = new URL(url);
+    } catch {
+      return done(refused('invalid url'));
+    }
+    if (!SUPPORTED_PROTOCOLS.includes(target.protocol)) {
+      return done(refused('unsupported protocol'));
+    }
+    if (this.#closing !== undefined) {
+      return done(refused('client closed'));
+    }
+
+    const deadline = new AbortController();
+    const timer = setTimeout(() => {
+      deadline.abort(new DOMException(`no complete response within ${this.#timeoutMs} ms`, 'TimeoutError'));
+    }, this.#timeoutMs);
+    try {
+      const response = await this.#agent.request({
+        origin: target.origin,
+        path: `${target.pathname}${target.search}`,
+        method: 'POST',
+        headers,
+        body,
+        signal: deadline.signal,
+      });
+      const reusable = await discard(response.body, this.#maxResponseBytes);
+      const result = done(classifyStatus(response.statusCode));
+      // undici hands a finished keep-alive socket back to its pool one event-loop turn later
+      // (setImmediate, to catch servers that close despite keep-alive). Yielding that turn lets a
+      // caller that posts again straight away reuse the socket instead of opening another one.
+      if (reusable) await nextTurn();
+      return result;
+    } catch (err) {
+      // Once our deadline fires, undici surfaces it in several shapes (the abort reason, a socket
+      // error from the torn-down connection); the deadline is the true cause.
+      return done(classifyError(deadline.signal.aborted ? deadline.signal.reason : err));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Stops accepting attempts and waits for in-flight ones (each bounded by timeoutMs). Idempotent. */
+  close(): Promise<void> {
+    this.#closing ??= this.#agent.close();
+    return this.#closing;
+  }
+}
+
+function refused(error: string): AttemptOutcome {
+  return { ok: false, reason: 'connection', error, retryable: true };
+}
+
+/**
+ * Reads and drops up to `limit` bytes so a small response leaves the connection reusable; past the
+ * limit the stream is destroyed, which closes the connection instead of buffering or draining a
+ * body we do not care about. Resolves true if the body ended on its own (connection reusable);
+ * rejects if the body fails before the limit.
+ */
+async function discard(body: Readable, limit: number): Promise<boolean> {
+  // Destroying an unfinished undici body emits RequestAbortedError; that is our own doing.
+  body.on('error', () => {});
+  if (limit === 0) {
+    body.destroy();
+    return false;
+  }
+  let seen = 0;
+  for await (const chunk of body as AsyncIterable<Uint8Array>) {
+    seen += chunk.byteLength;
+    // Leaving the loop early destroys the stream via the iterator's return().
+    if (seen >= limit) return false;
+  }
+  return true;
+}
