@@ -1,0 +1,118 @@
+// /messages: read-only records of accepted mail with their lifecycle, newest first; replay of
+// dead-lettered messages; the stored original.
+import type { FastifyPluginAsync } from 'fastify';
+import { STATES } from '../actor/machine.ts';
+import { ServiceError } from '../errors/catalog.ts';
+import { getMessage, listMessages, type MessageDoc, type MessageQuery } from '../store/messages.ts';
+import type { Store } from '../store/mongo.ts';
+
+export const MAX_LIMIT = 1000;
+export const MAX_OFFSET = 10_000_000;
+
+export interface MessageView {
+  id: string;
+  message_id: string;
+  from: string;
+  to: string[];
+  subject: string;
+  received_at: string;
+  state: string;
+}
+
+export function toMessageView(doc: MessageDoc): MessageView {
+  return {
+    id: doc._id,
+    message_id: doc.message_id,
+    from: doc.from,
+    to: doc.to,
+    subject: doc.subject,
+    received_at: doc.received_at.toISOString(),
+    state: doc.state,
+  };
+}
+
+/** The single-message view adds the whole history, every attempt and the per-route deliveries. */
+export function toMessageDetail(doc: MessageDoc) {
+  return {
+    ...toMessageView(doc),
+    history: doc.history.map((entry) => ({
+      state: entry.state,
+      at: entry.at.toISOString(),
+      ...(entry.detail !== undefined ? { detail: entry.detail } : {}),
+      ...(entry.delivery !== undefined ? { delivery: entry.delivery } : {}),
+    })),
+    attempts: doc.attempts.map((attempt) => ({
+      delivery: attempt.delivery,
+      at: attempt.at.toISOString(),
+      ...(attempt.status_code !== undefined ? { status_code: attempt.status_code } : {}),
+      ...(attempt.error !== undefined ? { error: attempt.error } : {}),
+      duration_ms: attempt.duration_ms,
+    })),
+    deliveries: doc.deliveries.map((delivery) => ({
+      id: delivery.id,
+      route_id: delivery.route_id,
+      webhook_url: delivery.webhook_url,
+      recipients: delivery.recipients,
+      ...(delivery.plus_tag !== undefined ? { plus_tag: delivery.plus_tag } : {}),
+      state: delivery.state,
+      attempts: delivery.attempts,
+      ...(delivery.next_attempt_at ? { next_attempt_at: delivery.next_attempt_at.toISOString() } : {}),
+    })),
+  };
+}
+
+interface Options {
+  store: Store;
+  replay?: ((id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>) | undefined;
+}
+
+export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, replay }) => {
+  app.get<{ Querystring: MessageQuery }>(
+    '/messages',
+    {
+      schema: {
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            limit: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 50 },
+            offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
+            state: { type: 'string', enum: [...STATES] },
+            domain: { type: 'string', minLength: 1, maxLength: 253 },
+          },
+        },
+      },
+    },
+    async (request) => {
+      const { limit, offset, state, domain } = request.query;
+      const query: MessageQuery = { limit, offset };
+      if (state) query.state = state;
+      if (domain) query.domain = domain.toLowerCase();
+      return (await listMessages(store, query)).map(toMessageView);
+    },
+  );
+
+  app.get<{ Params: { id: string } }>('/messages/:id', async (request) => {
+    const doc = await getMessage(store, request.params.id);
+    if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
+    return toMessageDetail(doc);
+  });
+
+  app.get<{ Params: { id: string } }>('/messages/:id/raw', async (request, reply) => {
+    const doc = await getMessage(store, request.params.id);
+    if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
+    return reply.type('message/rfc822').send(store.raw.openDownloadStream(doc.raw_id));
+  });
+
+  app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {
+    if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
+    const outcome = await replay(request.params.id);
+    if (outcome === 'not_found')
+      throw new ServiceError('not_found', `message ${request.params.id} not found`);
+    if (outcome === 'invalid_state') {
+      throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
+    }
+    const doc = await getMessage(store, request.params.id);
+    return reply.code(202).send(doc ? toMessageDetail(doc) : undefined);
+  });
+};

@@ -1,0 +1,108 @@
+// /routes: recipient patterns of a registered domain and the webhook their mail goes to.
+import type { FastifyPluginAsync } from 'fastify';
+import { ServiceError } from '../errors/catalog.ts';
+import { parseRecipientPattern } from '../route/pattern.ts';
+import { findDomainByName } from '../store/domains.ts';
+import type { Store } from '../store/mongo.ts';
+import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { normaliseDomainName } from './domains.ts';
+
+export interface RouteView {
+  id: string;
+  domain: string;
+  recipient_pattern: string;
+  webhook_url: string;
+  webhook_secret?: string;
+  created_at: string;
+}
+
+export function toRouteView(doc: RouteDoc): RouteView {
+  return {
+    id: doc._id,
+    domain: doc.domain,
+    recipient_pattern: doc.recipient_pattern,
+    webhook_url: doc.webhook_url,
+    ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    created_at: doc.created_at.toISOString(),
+  };
+}
+
+export const MAX_WEBHOOK_URL_LENGTH = 2048;
+
+/** An absolute http(s) URL with a host, or undefined. */
+export function normaliseWebhookUrl(input: string): string | undefined {
+  if (input.length > MAX_WEBHOOK_URL_LENGTH || /\s/.test(input)) return undefined;
+  let url: URL;
+  try {
+    url = new URL(input);
+  } catch {
+    return undefined;
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || !url.hostname) return undefined;
+  return url.href;
+}
+
+interface CreateRouteBody {
+  domain: string;
+  recipient_pattern: string;
+  webhook_url: string;
+  webhook_secret?: string;
+}
+
+export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+  app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
+
+  app.post<{ Body: CreateRouteBody }>(
+    '/routes',
+    {
+      schema: {
+        body: {
+          type: 'object',
+          required: ['domain', 'recipient_pattern', 'webhook_url'],
+          additionalProperties: false,
+          properties: {
+            domain: { type: 'string', minLength: 1, maxLength: 300 },
+            recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
+            webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
+            webhook_secret: { type: 'string', maxLength: 1024 },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      const domain = normaliseDomainName(body.domain);
+      if (!domain || !(await findDomainByName(store, domain))) {
+        throw new ServiceError(
+          'unknown_domain',
+          `domain ${JSON.stringify(body.domain.slice(0, 300))} is not registered`,
+        );
+      }
+      const webhookUrl = normaliseWebhookUrl(body.webhook_url);
+      if (!webhookUrl) {
+        throw new ServiceError(
+          'invalid_webhook_url',
+          `webhook_url must be an absolute http:// or https:// URL of at most ${MAX_WEBHOOK_URL_LENGTH} characters`,
+        );
+      }
+      const pattern = parseRecipientPattern(body.recipient_pattern, domain);
+      if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+      const doc = await createRoute(store, {
+        domain,
+        recipient_pattern: pattern.value.pattern,
+        kind: pattern.value.kind,
+        scope: pattern.value.scope,
+        webhook_url: webhookUrl,
+        ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+      });
+      return reply.code(201).send(toRouteView(doc));
+    },
+  );
+
+  app.delete<{ Params: { id: string } }>('/routes/:id', async (request, reply) => {
+    if (!(await deleteRoute(store, request.params.id))) {
+      throw new ServiceError('not_found', `route ${request.params.id} not found`);
+    }
+    return reply.code(204).send();
+  });
+};

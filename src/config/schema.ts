@@ -1,0 +1,289 @@
+// The one configuration schema: every setting with its env name, flag name, default and check.
+// Precedence: defaults < environment < command-line flags. Parsed once at startup, every problem
+// listed in one go, the result frozen.
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import { formatDuration, parseDuration, parseSize } from './units.ts';
+
+type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
+
+interface Setting<T> {
+  env: string;
+  flag: string;
+  /** shown in README's configuration table */
+  defaultText: string;
+  description: string;
+  defaultValue: () => T;
+  parse: (text: string) => Parsed<T>;
+}
+
+const ok = <T>(value: T): Parsed<T> => ({ ok: true, value });
+const bad = <T>(problem: string): Parsed<T> => ({ ok: false, problem });
+
+function text(): Setting<string>['parse'] {
+  return (value) => ok(value);
+}
+
+function port(value: string): Parsed<number> {
+  const n = Number(value);
+  return /^\d+$/.test(value) && n <= 65535 ? ok(n) : bad('must be a port number from 0 to 65535');
+}
+
+function host(value: string): Parsed<string> {
+  return /^[\w.:-]+$/.test(value) && value.length <= 255
+    ? ok(value)
+    : bad('must be a host name or IP address');
+}
+
+function integer(min: number, max: number) {
+  return (value: string): Parsed<number> => {
+    const n = Number(value);
+    return /^\d+$/.test(value) && n >= min && n <= max
+      ? ok(n)
+      : bad(`must be a whole number from ${min} to ${max}`);
+  };
+}
+
+function duration(minMs: number, maxMs: number) {
+  return (value: string): Parsed<number> => {
+    const ms = parseDuration(value);
+    if (ms === undefined) return bad('must be a duration such as 500ms, 30s, 5m or 1h');
+    if (ms < minMs || ms > maxMs)
+      return bad(`must be between ${formatDuration(minMs)} and ${formatDuration(maxMs)}`);
+    return ok(ms);
+  };
+}
+
+function durationList(maxEntries: number) {
+  const one = duration(1, 24 * 3_600_000);
+  return (value: string): Parsed<readonly number[]> => {
+    const parts = value.split(',').map((part) => part.trim());
+    if (parts.length > maxEntries) return bad(`must list at most ${maxEntries} delays`);
+    const delays: number[] = [];
+    for (const part of parts) {
+      const parsed = one(part);
+      if (!parsed.ok) return bad(`"${part}" ${parsed.problem} (a comma-separated list such as 1m,5m,15m)`);
+      delays.push(parsed.value);
+    }
+    return ok(Object.freeze(delays));
+  };
+}
+
+function size(minBytes: number, maxBytes: number) {
+  return (value: string): Parsed<number> => {
+    const bytes = parseSize(value);
+    if (bytes === undefined) return bad('must be a size such as 512KB or 25MB');
+    if (bytes < minBytes || bytes > maxBytes) return bad(`must be between ${minBytes} and ${maxBytes} bytes`);
+    return ok(bytes);
+  };
+}
+
+function oneOf<T extends string>(choices: readonly T[]) {
+  return (value: string): Parsed<T> =>
+    (choices as readonly string[]).includes(value)
+      ? ok(value as T)
+      : bad(`must be one of ${choices.join(', ')}`);
+}
+
+function boolean(value: string): Parsed<boolean> {
+  if (/^(true|1|yes)$/i.test(value)) return ok(true);
+  if (/^(false|0|no)$/i.test(value)) return ok(false);
+  return bad('must be true or false');
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export const SETTINGS = Object.freeze({
+  apiKey: {
+    env: 'SERVICE_API_KEY',
+    flag: 'api-key',
+    defaultText: 'empty (no authentication; a warning is logged)',
+    description:
+      'API key required in the X-API-Key header of every API request but /health and /openapi.yaml',
+    defaultValue: () => '',
+    parse: text(),
+  } satisfies Setting<string>,
+  mongodbUri: {
+    env: 'MONGODB_URI',
+    flag: 'mongodb-uri',
+    defaultText: 'development default: 127.0.0.1:27017 if it answers, else a local server under DATA_DIR',
+    description: 'MongoDB connection string (MongoDB 7+ replica set in production)',
+    defaultValue: () => '',
+    parse: (value) => (/^mongodb(\+srv)?:\/\//.test(value) ? ok(value) : bad('must start with mongodb://')),
+  } satisfies Setting<string>,
+  httpHost: {
+    env: 'HTTP_HOST',
+    flag: 'http-host',
+    defaultText: '0.0.0.0',
+    description: 'Address the REST API listens on',
+    defaultValue: () => '0.0.0.0',
+    parse: host,
+  } satisfies Setting<string>,
+  httpPort: {
+    env: 'HTTP_PORT',
+    flag: 'http-port',
+    defaultText: '8080',
+    description: 'Port of the REST API (0 picks a free one)',
+    defaultValue: () => 8080,
+    parse: port,
+  } satisfies Setting<number>,
+  smtpHost: {
+    env: 'SMTP_HOST',
+    flag: 'smtp-host',
+    defaultText: '0.0.0.0',
+    description: 'Address the SMTP listener binds',
+    defaultValue: () => '0.0.0.0',
+    parse: host,
+  } satisfies Setting<string>,
+  smtpPort: {
+    env: 'SMTP_PORT',
+    flag: 'smtp-port',
+    defaultText: '2525',
+    description: 'Port of the SMTP listener (0 picks a free one)',
+    defaultValue: () => 2525,
+    parse: port,
+  } satisfies Setting<number>,
+  workers: {
+    env: 'WORKERS',
+    flag: 'workers',
+    defaultText: 'os.availableParallelism()',
+    description: 'Number of cluster worker processes',
+    defaultValue: () => os.availableParallelism(),
+    parse: integer(1, 256),
+  } satisfies Setting<number>,
+  retryDelays: {
+    env: 'RETRY_DELAYS',
+    flag: 'retry-delays',
+    defaultText: '1m,5m,15m',
+    description: 'Delays before each webhook retry; the list length is the number of retries',
+    defaultValue: () => Object.freeze([60_000, 300_000, 900_000]),
+    parse: durationList(20),
+  } satisfies Setting<readonly number[]>,
+  webhookTimeout: {
+    env: 'WEBHOOK_TIMEOUT',
+    flag: 'webhook-timeout',
+    defaultText: '30s',
+    description: 'Deadline for one whole webhook exchange',
+    defaultValue: () => 30_000,
+    parse: duration(10, 10 * 60_000),
+  } satisfies Setting<number>,
+  maxMessageSize: {
+    env: 'MAX_MESSAGE_SIZE',
+    flag: 'max-message-size',
+    defaultText: '25MB',
+    description: 'Largest message accepted over SMTP (KB and MB are multiples of 1024)',
+    defaultValue: () => 25 * 1024 * 1024,
+    parse: size(1024, 1024 ** 3),
+  } satisfies Setting<number>,
+  smtpTlsCert: {
+    env: 'SMTP_TLS_CERT',
+    flag: 'smtp-tls-cert',
+    defaultText: 'empty (no STARTTLS)',
+    description: 'PEM certificate file; with SMTP_TLS_KEY enables STARTTLS',
+    defaultValue: () => '',
+    parse: text(),
+  } satisfies Setting<string>,
+  smtpTlsKey: {
+    env: 'SMTP_TLS_KEY',
+    flag: 'smtp-tls-key',
+    defaultText: 'empty (no STARTTLS)',
+    description: 'PEM private key file for STARTTLS',
+    defaultValue: () => '',
+    parse: text(),
+  } satisfies Setting<string>,
+  leaseTime: {
+    env: 'LEASE_TIME',
+    flag: 'lease-time',
+    defaultText: '30s',
+    description: 'How long a process owns a message before another may take it over',
+    defaultValue: () => 30_000,
+    parse: duration(500, 60 * 60_000),
+  } satisfies Setting<number>,
+  dataDir: {
+    env: 'DATA_DIR',
+    flag: 'data-dir',
+    defaultText: './data',
+    description: 'Where the development-default database keeps its files',
+    defaultValue: () => './data',
+    parse: text(),
+  } satisfies Setting<string>,
+  logLevel: {
+    env: 'LOG_LEVEL',
+    flag: 'log-level',
+    defaultText: 'info',
+    description: `Log level: ${LOG_LEVELS.join(', ')}`,
+    defaultValue: () => 'info' as (typeof LOG_LEVELS)[number],
+    parse: oneOf(LOG_LEVELS),
+  } satisfies Setting<(typeof LOG_LEVELS)[number]>,
+  webhookDenyPrivate: {
+    env: 'WEBHOOK_DENY_PRIVATE',
+    flag: 'webhook-deny-private',
+    defaultText: 'false',
+    description: 'Refuse webhook destinations on loopback, private and link-local addresses',
+    defaultValue: () => false,
+    parse: boolean,
+  } satisfies Setting<boolean>,
+});
+
+type Settings = typeof SETTINGS;
+export type Config = { readonly [K in keyof Settings]: ReturnType<Settings[K]['defaultValue']> };
+
+export type ConfigResult = { ok: true; config: Config } | { ok: false; problems: string[] };
+
+/** Reads defaults < env < flags. Unknown flags and bad values are all reported together. */
+export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): ConfigResult {
+  const problems: string[] = [];
+  const options: Record<string, { type: 'string' }> = {};
+  for (const setting of Object.values(SETTINGS)) options[setting.flag] = { type: 'string' };
+
+  let flags: Record<string, string | undefined> = {};
+  try {
+    flags = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values as Record<
+      string,
+      string | undefined
+    >;
+  } catch (err) {
+    problems.push((err as Error).message);
+  }
+
+  const config: Record<string, unknown> = {};
+  for (const [key, setting] of Object.entries(SETTINGS) as [string, Setting<unknown>][]) {
+    const fromFlag = flags[setting.flag];
+    const fromEnv = env[setting.env];
+    const raw = fromFlag ?? (fromEnv === '' && setting.env !== 'SERVICE_API_KEY' ? undefined : fromEnv);
+    if (raw === undefined) {
+      config[key] = setting.defaultValue();
+      continue;
+    }
+    const parsed = setting.parse(raw);
+    const source = fromFlag !== undefined ? `--${setting.flag}` : setting.env;
+    if (parsed.ok) config[key] = parsed.value;
+    else problems.push(`${source}: ${parsed.problem} (got "${truncate(raw)}")`);
+  }
+  if (Boolean(config.smtpTlsCert) !== Boolean(config.smtpTlsKey))
+    problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY: set both or neither');
+
+  if (problems.length > 0) return { ok: false, problems };
+  return { ok: true, config: Object.freeze(config) as Config };
+}
+
+/** Secrets are never echoed back in full. */
+function truncate(value: string): string {
+  return value.length > 40 ? `${value.slice(0, 37)}...` : value;
+}
+
+/** The Markdown table README carries; a test checks that README holds exactly this. */
+export function configTableMarkdown(): string {
+  const rows = Object.values(SETTINGS).map(
+    (s) => `| \`${s.env}\` | \`--${s.flag}\` | ${s.defaultText} | ${s.description} |`,
+  );
+  return ['| env | flag | default | meaning |', '|---|---|---|---|', ...rows].join('\n');
+}
+
+/** For entry files: the config, or every problem on stderr and exit code 2. */
+export function loadConfigOrExit(argv: readonly string[] = process.argv.slice(2), env = process.env): Config {
+  const loaded = loadConfig(argv, env);
+  if (loaded.ok) return loaded.config;
+  for (const problem of loaded.problems) process.stderr.write(`config: ${problem}\n`);
+  process.exit(2);
+}

@@ -1,0 +1,48 @@
+// Resource ids: `<prefix>-<digits>`. The digits are the creation time in milliseconds (13 digits),
+// a 3-digit sequence within that millisecond, and a 6-digit number drawn at random once per
+// process: time-ordered, unique within a process by construction, and across processes and
+// instances unless two draw the same number in the same millisecond, which the unique `_id`
+// index turns into a retried insert rather than a lost record.
+import { randomInt } from 'node:crypto';
+
+export type IdPrefix = 'd' | 'r' | 'm';
+
+const PROCESS_NUMBER = String(randomInt(1_000_000)).padStart(6, '0');
+const PER_MS = 1000;
+let lastMs = 0;
+let sequence = 0;
+
+export function newId(prefix: IdPrefix, now: number = Date.now()): string {
+  if (now > lastMs) {
+    lastMs = now;
+    sequence = 0;
+  } else if (++sequence >= PER_MS) {
+    // more than 1000 ids in one millisecond: borrow the next millisecond rather than repeat
+    lastMs += 1;
+    sequence = 0;
+  }
+  return `${prefix}-${lastMs}${String(sequence).padStart(3, '0')}${PROCESS_NUMBER}`;
+}
+
+export const ID_PATTERN = /^[drm]-\d{22}$/;
+
+/** The creation time encoded in an id. */
+export function idTime(id: string): Date {
+  return new Date(Number(id.slice(2, 15)));
+}
+
+/** MongoDB's duplicate-key error, the one write failure we answer by trying again. */
+export function isDuplicateKey(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 11000;
+}
+
+/** Runs an insert with a fresh id until it does not collide (a collision is astronomically rare). */
+export async function insertWithNewId<T>(prefix: IdPrefix, insert: (id: string) => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await insert(newId(prefix));
+    } catch (err) {
+      if (!isDuplicateKey(err) || attempt >= 5) throw err;
+    }
+  }
+}

@@ -1,0 +1,181 @@
+// Starts a throwaway or development MongoDB-compatible server when no MONGODB_URI is given:
+// mongod if it is on PATH, else FerretDB (PATH or ~/go/bin) over SQLite, else
+// mongodb-memory-server (which fetches a real mongod on machines with internet).
+// Used by `npm start`'s development default and by the test harness: one place for both.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export interface LocalServer {
+  uri: string;
+  kind: 'mongod' | 'ferretdb' | 'mongodb-memory-server';
+  stop(): Promise<void>;
+}
+
+export interface LocalServerOptions {
+  /** folder for the server's files; created if missing */
+  dataDir: string;
+  /** port to listen on; 0 (default) picks a free one */
+  port?: number;
+  /** when neither mongod nor ferretdb is installed but Go is, build FerretDB first (about a minute) */
+  buildFerretDb?: boolean;
+}
+
+const INSTALL_FERRETDB = fileURLToPath(new URL('../../scripts/install-ferretdb.sh', import.meta.url));
+
+function buildFerretDb(): string | undefined {
+  process.stderr.write(
+    'No mongod or ferretdb found: building FerretDB with Go (scripts/install-ferretdb.sh)...\n',
+  );
+  const result = spawnSync('bash', [INSTALL_FERRETDB], { stdio: ['ignore', 'inherit', 'inherit'] });
+  return result.status === 0 ? findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]) : undefined;
+}
+
+export const NO_SERVER_ADVICE =
+  'No MongoDB-compatible server could be started. Set MONGODB_URI (or --mongodb-uri) to a MongoDB 7+ ' +
+  'server, or install mongod, or build FerretDB with `bash scripts/install-ferretdb.sh`.';
+
+function findExecutable(name: string, extraDirs: string[] = []): string | undefined {
+  const dirs = [...(process.env.PATH ?? '').split(path.delimiter), ...extraDirs];
+  for (const dir of dirs) {
+    if (!dir) continue;
+    const candidate = path.join(dir, name);
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** True when something accepts TCP connections at host:port. */
+export function answers(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host });
+    const done = (result: boolean) => {
+      socket.destroy();
+      resolve(result);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+async function startProcess(
+  kind: 'mongod' | 'ferretdb',
+  file: string,
+  args: string[],
+  port: number,
+): Promise<LocalServer> {
+  const child: ChildProcess = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  // never leave a server behind when our process exits without stopping it
+  // and never keep our process alive just because the server runs
+  child.unref();
+  (child.stderr as unknown as { unref?: () => void } | null)?.unref?.();
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+  child.once('exit', () => process.off('exit', killOnExit));
+  let stderrTail = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderrTail = (stderrTail + chunk.toString()).slice(-2000);
+  });
+  const deadline = Date.now() + 20_000;
+  while (!(await answers(port))) {
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`${kind} exited during startup: ${stderrTail.trim()}`);
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`${kind} did not answer on port ${port} within 20s: ${stderrTail.trim()}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  let stopped: Promise<void> | undefined;
+  return {
+    uri: `mongodb://127.0.0.1:${port}/`,
+    kind,
+    stop() {
+      stopped ??= new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        // a referenced timer: the child itself is unref'd, and stopping must finish before we exit
+        const force = setTimeout(() => child.kill('SIGKILL'), 5000);
+        child.once('exit', () => {
+          clearTimeout(force);
+          resolve();
+        });
+        child.kill('SIGTERM');
+      });
+      return stopped;
+    },
+  };
+}
+
+export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
+  const dataDir = path.resolve(options.dataDir);
+  const port = options.port || (await freePort());
+
+  const mongod = findExecutable('mongod');
+  if (mongod) {
+    const dbPath = path.join(dataDir, 'mongod');
+    mkdirSync(dbPath, { recursive: true });
+    return startProcess(
+      'mongod',
+      mongod,
+      ['--dbpath', dbPath, '--port', String(port), '--bind_ip', '127.0.0.1', '--quiet'],
+      port,
+    );
+  }
+
+  let ferretdb = findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]);
+  if (!ferretdb && options.buildFerretDb && findExecutable('go', ['/usr/local/go/bin'])) {
+    ferretdb = buildFerretDb();
+  }
+  if (ferretdb) {
+    const dir = path.join(dataDir, 'ferretdb');
+    mkdirSync(dir, { recursive: true });
+    return startProcess(
+      'ferretdb',
+      ferretdb,
+      [
+        '--handler=sqlite',
+        `--sqlite-url=file:${dir}/`,
+        `--listen-addr=127.0.0.1:${port}`,
+        '--debug-addr=127.0.0.1:0',
+        `--state-dir=${dir}`,
+        '--telemetry=disable',
+        '--log-level=error',
+      ],
+      port,
+    );
+  }
+
+  try {
+    const { MongoMemoryServer } = await import('mongodb-memory-server-core');
+    const dbPath = path.join(dataDir, 'memory-server');
+    mkdirSync(dbPath, { recursive: true });
+    const server = await MongoMemoryServer.create({
+      instance: { port, dbPath, storageEngine: 'wiredTiger' },
+    });
+    return {
+      uri: server.getUri(),
+      kind: 'mongodb-memory-server',
+      async stop() {
+        await server.stop({ doCleanup: false });
+      },
+    };
+  } catch (err) {
+    throw new Error(`${NO_SERVER_ADVICE} (mongodb-memory-server: ${(err as Error).message.split('\n')[0]})`);
+  }
+}

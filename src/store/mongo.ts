@@ -1,0 +1,101 @@
+// The MongoDB connection, the collections and the indexes the queries need (created idempotently
+// at startup). Works unchanged on MongoDB 7+ and FerretDB 1.24: no transactions, no change
+// streams, no TTL indexes, no keys with '.' or a leading '$'.
+import { type Collection, type Db, GridFSBucket, MongoClient, type MongoClientOptions } from 'mongodb';
+import type { DomainDoc } from './domains.ts';
+import type { LeaseDoc, MessageDoc } from './messages.ts';
+import type { RouteDoc } from './routes.ts';
+
+export const DEFAULT_DB_NAME = 'mailroute';
+
+export interface Store {
+  readonly client: MongoClient;
+  readonly db: Db;
+  readonly domains: Collection<DomainDoc>;
+  readonly routes: Collection<RouteDoc>;
+  readonly messages: Collection<MessageDoc>;
+  readonly leases: Collection<LeaseDoc>;
+  /** raw message bytes, exactly as received */
+  readonly raw: GridFSBucket;
+  ping(timeoutMs?: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export interface OpenStoreOptions {
+  uri: string;
+  /** database name; default: the URI's path, else DEFAULT_DB_NAME */
+  dbName?: string;
+  /** how long to wait for a server before an operation fails, ms; default 5000 */
+  serverSelectionTimeoutMs?: number;
+  /** create indexes (the primary does it once; workers skip it) */
+  ensureIndexes?: boolean;
+}
+
+/** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
+export const DURABLE = Object.freeze({ w: 'majority', j: true } as const);
+
+export async function openStore(options: OpenStoreOptions): Promise<Store> {
+  const clientOptions: MongoClientOptions = {
+    serverSelectionTimeoutMS: options.serverSelectionTimeoutMs ?? 5000,
+    connectTimeoutMS: 5000,
+    // a stalled server must not hold an SMTP session for long: the sender retries on 451
+    socketTimeoutMS: 30_000,
+    maxPoolSize: 50,
+    appName: 'mailroute',
+  };
+  const client = new MongoClient(options.uri, clientOptions);
+  await client.connect();
+  const db = client.db(options.dbName || undefined);
+  const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
+  const database = name === db.databaseName ? db : client.db(name);
+
+  const store: Store = {
+    client,
+    db: database,
+    domains: database.collection<DomainDoc>('domains'),
+    routes: database.collection<RouteDoc>('routes'),
+    messages: database.collection<MessageDoc>('messages'),
+    leases: database.collection<LeaseDoc>('leases'),
+    raw: new GridFSBucket(database, { bucketName: 'raw' }),
+    async ping(timeoutMs = 2000) {
+      try {
+        await database.command({ ping: 1 }, { timeoutMS: timeoutMs });
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      await client.close();
+    },
+  };
+  if (options.ensureIndexes !== false) await ensureIndexes(store);
+  return store;
+}
+
+export async function ensureIndexes(store: Store): Promise<void> {
+  await Promise.all([
+    store.domains.createIndex({ name: 1 }, { unique: true, name: 'name_unique' }),
+    store.routes.createIndex({ domain: 1, created_at: 1 }, { name: 'domain_created' }),
+    store.messages.createIndex({ received_at: -1, _id: -1 }, { name: 'newest_first' }),
+    store.messages.createIndex({ state: 1, received_at: -1, _id: -1 }, { name: 'state_newest_first' }),
+    store.messages.createIndex({ domains: 1, received_at: -1, _id: -1 }, { name: 'domain_newest_first' }),
+    store.messages.createIndex({ due_at: 1 }, { name: 'due' }),
+    store.leases.createIndex({ expires_at: 1 }, { name: 'expiry' }),
+  ]);
+}
+
+const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
+  'MongoServerSelectionError',
+  'MongoNetworkError',
+  'MongoNetworkTimeoutError',
+  'MongoTopologyClosedError',
+  'MongoNotConnectedError',
+  'MongoOperationTimeoutError',
+  'MongoPoolClearedError',
+]);
+
+/** True for failures that mean "the database cannot be reached now", as opposed to a bad request. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  return err instanceof Error && UNAVAILABLE_ERRORS.has(err.name);
+}

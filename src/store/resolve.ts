@@ -1,0 +1,28 @@
+// Which database to use: MONGODB_URI when given; otherwise the development default, which is a
+// server already answering on 127.0.0.1:27017, or one we start there with its files in DATA_DIR.
+import { answers, type LocalServer, startLocalServer } from './local-server.ts';
+
+export const DEV_DEFAULT_PORT = 27017;
+
+export interface ResolvedDatabase {
+  uri: string;
+  /** the server we started, to stop on shutdown */
+  server?: LocalServer;
+  /** how the URI was found, for the startup log line */
+  source: 'configured' | 'dev-existing' | 'dev-started';
+}
+
+export async function resolveDatabase(config: {
+  mongodbUri: string;
+  dataDir: string;
+}): Promise<ResolvedDatabase> {
+  if (config.mongodbUri) return { uri: config.mongodbUri, source: 'configured' };
+  if (await answers(DEV_DEFAULT_PORT))
+    return { uri: `mongodb://127.0.0.1:${DEV_DEFAULT_PORT}/`, source: 'dev-existing' };
+  const server = await startLocalServer({
+    dataDir: config.dataDir,
+    port: DEV_DEFAULT_PORT,
+    buildFerretDb: true,
+  });
+  return { uri: server.uri, server, source: 'dev-started' };
+}

@@ -1,0 +1,44 @@
+// The routes collection: recipient patterns of a domain and where their mail is delivered.
+import type { PatternKind } from '../route/pattern.ts';
+import { insertWithNewId } from './ids.ts';
+import type { Store } from './mongo.ts';
+
+export interface RouteDoc {
+  _id: string;
+  domain: string;
+  /** normalised pattern text */
+  recipient_pattern: string;
+  kind: PatternKind;
+  scope: 'address' | 'local';
+  webhook_url: string;
+  /** absent when not set */
+  webhook_secret?: string;
+  created_at: Date;
+}
+
+export type NewRoute = Omit<RouteDoc, '_id' | 'created_at'>;
+
+export async function createRoute(store: Store, route: NewRoute): Promise<RouteDoc> {
+  return insertWithNewId('r', async (id) => {
+    const doc: RouteDoc = { _id: id, ...route, created_at: new Date() };
+    if (!doc.webhook_secret) delete doc.webhook_secret;
+    await store.routes.insertOne(doc);
+    return doc;
+  });
+}
+
+export function listRoutes(store: Store): Promise<RouteDoc[]> {
+  return store.routes.find({}).sort({ _id: 1 }).toArray();
+}
+
+export function routesOfDomains(store: Store, domains: readonly string[]): Promise<RouteDoc[]> {
+  return store.routes
+    .find({ domain: { $in: [...domains] } })
+    .sort({ _id: 1 })
+    .toArray();
+}
+
+export async function deleteRoute(store: Store, id: string): Promise<boolean> {
+  const result = await store.routes.deleteOne({ _id: id });
+  return result.deletedCount === 1;
+}

@@ -1,0 +1,111 @@
+// Runs the real service (workers/primary.ts, what `npm start` runs) as a child process on random
+// ports, and reads its ports from the ready line it logs.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const PRIMARY = fileURLToPath(new URL('../../workers/primary.ts', import.meta.url));
+
+export interface ServiceProcess {
+  child: ChildProcess;
+  httpPort: number;
+  smtpPort: number;
+  baseUrl: string;
+  /** everything the service wrote so far */
+  output(): string;
+  /** SIGTERM and wait; resolves to the exit code */
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export interface StartOptions {
+  args?: string[];
+  env?: Record<string, string>;
+  /** how long to wait for the ready line, ms */
+  timeoutMs?: number;
+}
+
+export function startService(options: StartOptions = {}): Promise<ServiceProcess> {
+  const child = spawn(
+    process.execPath,
+    [
+      PRIMARY,
+      '--http-port',
+      '0',
+      '--smtp-port',
+      '0',
+      '--http-host',
+      '127.0.0.1',
+      '--smtp-host',
+      '127.0.0.1',
+      ...(options.args ?? []),
+    ],
+    {
+      env: { ...process.env, LOG_LEVEL: 'info', WORKERS: '1', ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`service not ready in time:\n${out}`));
+    }, options.timeoutMs ?? 30_000);
+    const onData = () => {
+      for (const line of out.split('\n')) {
+        if (!line.includes('"service.ready"')) continue;
+        const ready = JSON.parse(line) as { http_port: number; smtp_port: number };
+        clearTimeout(timer);
+        child.stdout?.off('data', onData);
+        resolve({
+          child,
+          httpPort: ready.http_port,
+          smtpPort: ready.smtp_port,
+          baseUrl: `http://127.0.0.1:${ready.http_port}`,
+          output: () => out,
+          async stop(signal: NodeJS.Signals = 'SIGTERM') {
+            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            return exited;
+          },
+        });
+        return;
+      }
+    };
+    child.stdout?.on('data', onData);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      reject(new Error(`service exited with ${code} before it was ready:\n${out}`));
+    });
+  });
+}
+
+/** Runs the service expecting it to exit by itself (bad configuration); resolves code and output. */
+export function runToExit(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, [PRIMARY, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  return new Promise((resolve) =>
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, output });
+    }),
+  );
+}

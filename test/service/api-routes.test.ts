@@ -1,0 +1,123 @@
+// /routes through real HTTP against a real database.
+import test from 'ava';
+import type { ErrorBody } from '../../src/api/error-handler.ts';
+import type { RouteView as Route } from '../../src/api/routes.ts';
+import { type RunningApi, startApi } from '../_support/api.ts';
+
+let api: RunningApi;
+test.before(async () => {
+  api = await startApi({ label: 'routes' });
+  await api.client.post('/domains', { name: 'example.com' });
+});
+test.after.always(async () => {
+  await api?.close();
+});
+
+const valid = { domain: 'example.com', recipient_pattern: 'alice', webhook_url: 'https://hooks.example/in' };
+
+test('POST /routes creates a route: 201 with every field; no webhook_secret when none was given', async (t) => {
+  const res = await api.client.for(t).post<Route>('/routes', valid);
+  t.is(res.status, 201);
+  t.regex(res.body.id, /^r-\d{22}$/);
+  t.is(res.body.domain, 'example.com');
+  t.is(res.body.recipient_pattern, 'alice');
+  t.is(res.body.webhook_url, 'https://hooks.example/in');
+  t.false('webhook_secret' in res.body);
+  t.false(Number.isNaN(Date.parse(res.body.created_at)));
+  const list = await api.client.for(t).get<Route[]>('/routes');
+  t.deepEqual(
+    list.body.find((r) => r.id === res.body.id),
+    res.body,
+  );
+});
+
+test('webhook_secret is returned when given, and an empty one counts as not set', async (t) => {
+  const withSecret = await api.client.for(t).post<Route>('/routes', { ...valid, webhook_secret: 's3cret' });
+  t.is(withSecret.status, 201);
+  t.is(withSecret.body.webhook_secret, 's3cret');
+  const listed = (await api.client.get<Route[]>('/routes')).body.find((r) => r.id === withSecret.body.id);
+  t.is(listed?.webhook_secret, 's3cret');
+
+  const empty = await api.client.for(t).post<Route>('/routes', { ...valid, webhook_secret: '' });
+  t.is(empty.status, 201);
+  t.false('webhook_secret' in empty.body);
+});
+
+test('patterns of every kind are accepted and stored normalised', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['Alice@Example.COM', 'alice@example.com'],
+    ['Bob+*', 'bob+*'],
+    ['*@example.com', '*@example.com'],
+    ['Support-*', 'support-*'],
+    ['/(Sales|billing)-[a-z]+/', '/(sales|billing)-[a-z]+/'],
+  ];
+  for (const [input, stored] of cases) {
+    const res = await api.client.for(t).post<Route>('/routes', { ...valid, recipient_pattern: input });
+    t.is(res.status, 201, input);
+    t.is(res.body.recipient_pattern, stored);
+  }
+});
+
+test('the domain of a route is matched case-insensitively against registered domains', async (t) => {
+  const res = await api.client.for(t).post<Route>('/routes', { ...valid, domain: 'EXAMPLE.com' });
+  t.is(res.status, 201);
+  t.is(res.body.domain, 'example.com');
+});
+
+const invalid: Array<[string, Record<string, unknown>, string, RegExp?]> = [
+  ['missing webhook_url', { domain: 'example.com', recipient_pattern: 'a' }, 'invalid_request'],
+  ['empty webhook_url', { ...valid, webhook_url: '' }, 'invalid_request'],
+  ['missing domain', { recipient_pattern: 'a', webhook_url: valid.webhook_url }, 'invalid_request'],
+  ['empty domain', { ...valid, domain: '' }, 'invalid_request'],
+  ['missing recipient_pattern', { domain: 'example.com', webhook_url: valid.webhook_url }, 'invalid_request'],
+  ['empty recipient_pattern', { ...valid, recipient_pattern: '' }, 'invalid_request'],
+  ['unknown field', { ...valid, priority: 1 }, 'invalid_request'],
+  ['secret not a string', { ...valid, webhook_secret: 5 }, 'invalid_request'],
+  ['operator injection', { ...valid, domain: { $ne: null } }, 'invalid_request'],
+  ['unregistered domain', { ...valid, domain: 'other.example' }, 'unknown_domain', /other\.example/],
+  ['relative URL', { ...valid, webhook_url: '/hooks' }, 'invalid_webhook_url'],
+  ['ftp URL', { ...valid, webhook_url: 'ftp://hooks.example/x' }, 'invalid_webhook_url'],
+  ['javascript URL', { ...valid, webhook_url: 'javascript:alert(1)' }, 'invalid_webhook_url'],
+  ['file URL', { ...valid, webhook_url: 'file:///etc/passwd' }, 'invalid_webhook_url'],
+  [
+    'URL over 2048 chars',
+    { ...valid, webhook_url: `https://h.example/${'a'.repeat(2100)}` },
+    'invalid_webhook_url',
+  ],
+  [
+    'catastrophic regex',
+    { ...valid, recipient_pattern: '/(a+)+b/' },
+    'invalid_recipient_pattern',
+    /backtrack|exponential/i,
+  ],
+  ['backreference', { ...valid, recipient_pattern: '/(a)\\1/' }, 'invalid_recipient_pattern'],
+  ['regex flags', { ...valid, recipient_pattern: '/abc/i' }, 'invalid_recipient_pattern'],
+  ['broken regex', { ...valid, recipient_pattern: '/(abc/' }, 'invalid_recipient_pattern'],
+  [
+    'pattern for another domain',
+    { ...valid, recipient_pattern: 'alice@other.example' },
+    'invalid_recipient_pattern',
+  ],
+  ['two @', { ...valid, recipient_pattern: 'a@b@example.com' }, 'invalid_recipient_pattern'],
+  ['whitespace inside', { ...valid, recipient_pattern: 'al ice' }, 'invalid_recipient_pattern'],
+];
+for (const [title, body, code, messagePattern] of invalid) {
+  test.serial(`POST /routes refuses ${title}: 400 ${code}, nothing created`, async (t) => {
+    const before = (await api.client.get<Route[]>('/routes')).body.length;
+    const res = await api.client.for(t).post<ErrorBody>('/routes', body);
+    t.is(res.status, 400);
+    t.is(res.body.error as string, code);
+    if (messagePattern) t.regex(res.body.message, messagePattern);
+    t.is((await api.client.get<Route[]>('/routes')).body.length, before);
+  });
+}
+
+test('DELETE /routes/{id} is 204 and the route is gone; then 404', async (t) => {
+  const route = (await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'deleteme' })).body;
+  const res = await api.client.for(t).delete(`/routes/${route.id}`);
+  t.is(res.status, 204);
+  t.false((await api.client.get<Route[]>('/routes')).body.some((r) => r.id === route.id));
+  const again = await api.client.for(t).delete<ErrorBody>(`/routes/${route.id}`);
+  t.is(again.status, 404);
+  t.is(again.body.error, 'not_found');
+});

@@ -1,0 +1,79 @@
+// The configuration schema: precedence, units, validation, and README's table.
+import { readFileSync } from 'node:fs';
+import test from 'ava';
+import { configTableMarkdown, loadConfig } from '../../src/config/schema.ts';
+import { parseDuration, parseSize } from '../../src/config/units.ts';
+
+test('defaults match the documented ones', (t) => {
+  const result = loadConfig([], {});
+  if (!result.ok) return t.fail(result.problems.join('; '));
+  const { config } = result;
+  t.is(config.apiKey, '');
+  t.is(config.httpHost, '0.0.0.0');
+  t.is(config.httpPort, 8080);
+  t.is(config.smtpHost, '0.0.0.0');
+  t.is(config.smtpPort, 2525);
+  t.deepEqual(config.retryDelays, [60_000, 300_000, 900_000]);
+  t.is(config.webhookTimeout, 30_000);
+  t.is(config.maxMessageSize, 25 * 1024 * 1024);
+  t.true(config.workers >= 1);
+  t.true(Object.isFrozen(config));
+});
+
+test('a flag wins over the environment, which wins over the default', (t) => {
+  const env = { HTTP_PORT: '9000', SMTP_PORT: '2600', SERVICE_API_KEY: 'from-env' };
+  const result = loadConfig(['--http-port', '9100', '--api-key=from-flag'], env);
+  if (!result.ok) return t.fail(result.problems.join('; '));
+  t.is(result.config.httpPort, 9100);
+  t.is(result.config.smtpPort, 2600);
+  t.is(result.config.apiKey, 'from-flag');
+});
+
+const durations: Array<[string, number | undefined]> = [
+  ['500ms', 500],
+  ['30s', 30_000],
+  ['1.5m', 90_000],
+  ['2h', 7_200_000],
+  ['30', undefined],
+  ['s', undefined],
+  ['-1s', undefined],
+  ['1d', undefined],
+];
+for (const [text, ms] of durations) test(`duration ${text}`, (t) => t.is(parseDuration(text), ms));
+
+const sizes: Array<[string, number | undefined]> = [
+  ['25MB', 25 * 1024 * 1024],
+  ['512KB', 512 * 1024],
+  ['100', 100],
+  ['1GB', 1024 ** 3],
+  ['1.5 MB', 1.5 * 1024 * 1024],
+  ['lots', undefined],
+  ['-5KB', undefined],
+];
+for (const [text, bytes] of sizes) test(`size ${text}`, (t) => t.is(parseSize(text), bytes));
+
+test('RETRY_DELAYS sets the number of retries', (t) => {
+  const result = loadConfig(['--retry-delays', '100ms, 2s,1m'], {});
+  if (!result.ok) return t.fail(result.problems.join('; '));
+  t.deepEqual(result.config.retryDelays, [100, 2000, 60_000]);
+});
+
+test('a secret in a bad value is not echoed in full', (t) => {
+  const result = loadConfig(['--mongodb-uri', `http://user:${'p'.repeat(60)}@host/`], {});
+  t.false(result.ok);
+  if (!result.ok) t.false(result.problems.join('\n').includes('p'.repeat(60)));
+});
+
+test('TLS cert and key go together', (t) => {
+  const result = loadConfig(['--smtp-tls-cert', '/tmp/cert.pem'], {});
+  t.false(result.ok);
+  if (!result.ok) t.regex(result.problems.join('\n'), /SMTP_TLS_CERT and SMTP_TLS_KEY/);
+});
+
+test("README's configuration table is exactly the schema's", (t) => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  t.true(
+    readme.includes(configTableMarkdown()),
+    'run `node scripts/config-table.ts` and paste its output into README',
+  );
+});

@@ -1,0 +1,121 @@
+// Entry of the service (`npm start`): reads the config, finds the database (starting the
+// development default when none is configured), creates the indexes once, then forks and
+// supervises the cluster workers that serve SMTP and HTTP on the shared ports.
+import cluster, { type Worker } from 'node:cluster';
+import { fileURLToPath } from 'node:url';
+import { loadConfigOrExit } from '../src/config/schema.ts';
+import { EVENTS } from '../src/log/events.ts';
+import { createLogger } from '../src/log/logger.ts';
+import { NO_SERVER_ADVICE } from '../src/store/local-server.ts';
+import { openStore } from '../src/store/mongo.ts';
+import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
+
+const SHUTDOWN_DEADLINE_MS = 30_000;
+const MAX_RESTART_DELAY_MS = 10_000;
+const STABLE_AFTER_MS = 30_000;
+
+const config = loadConfigOrExit();
+const logger = createLogger(config.logLevel, { role: 'primary' });
+// the ready line is what scripts and tests wait for: always written, whatever the log level
+const lifecycleLog = logger.child({}, { level: 'info' });
+
+if (!config.apiKey) {
+  logger.warn({ event: EVENTS.authDisabled }, 'SERVICE_API_KEY is empty: the API requires no authentication');
+}
+
+let database: ResolvedDatabase;
+try {
+  database = await resolveDatabase(config);
+} catch (err) {
+  process.stderr.write(
+    `${(err as Error).message.startsWith('No MongoDB') ? (err as Error).message : `${NO_SERVER_ADVICE} (${(err as Error).message})`}\n`,
+  );
+  process.exit(1);
+}
+if (database.source !== 'configured') {
+  lifecycleLog.info(
+    { event: EVENTS.databaseDevDefault, uri: database.uri, kind: database.server?.kind ?? 'existing' },
+    'Using the development database default; set MONGODB_URI or --mongodb-uri to use a real MongoDB',
+  );
+}
+
+try {
+  const store = await openStore({ uri: database.uri, ensureIndexes: true });
+  await store.close();
+} catch (err) {
+  process.stderr.write(`cannot use the database at MONGODB_URI: ${(err as Error).message}\n`);
+  await database.server?.stop();
+  process.exit(1);
+}
+
+cluster.setupPrimary({
+  exec: fileURLToPath(new URL('./worker.ts', import.meta.url)),
+  args: process.argv.slice(2),
+});
+
+let stopping = false;
+let restarts = 0;
+const ready = new Set<number>();
+let announced = false;
+
+function fork(): Worker {
+  const startedAt = Date.now();
+  const worker = cluster.fork({ MONGODB_URI: database.uri });
+  worker.on('message', (message: { type?: string; httpPort?: number; smtpPort?: number }) => {
+    if (message?.type !== 'ready') return;
+    ready.add(worker.id);
+    if (!announced && ready.size >= config.workers) {
+      announced = true;
+      lifecycleLog.info(
+        {
+          event: EVENTS.serviceReady,
+          http_port: message.httpPort,
+          smtp_port: message.smtpPort,
+          workers: config.workers,
+        },
+        'service ready',
+      );
+    }
+  });
+  worker.on('exit', (code, signal) => {
+    ready.delete(worker.id);
+    if (stopping) return;
+    if (Date.now() - startedAt > STABLE_AFTER_MS) restarts = 0;
+    const delay = Math.min(100 * 2 ** restarts, MAX_RESTART_DELAY_MS);
+    restarts++;
+    logger.warn(
+      { event: EVENTS.workerExited, worker: worker.id, code, signal, restart_in_ms: delay },
+      'worker exited',
+    );
+    setTimeout(() => {
+      if (!stopping) fork();
+    }, delay).unref();
+  });
+  return worker;
+}
+
+for (let i = 0; i < config.workers; i++) fork();
+
+async function shutdown(signal: string): Promise<void> {
+  if (stopping) {
+    logger.warn({ event: EVENTS.serviceStopping, signal }, 'second signal: exiting now');
+    process.exit(1);
+  }
+  stopping = true;
+  lifecycleLog.info({ event: EVENTS.serviceStopping, signal }, 'shutting down');
+  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  const exited = workers.map(
+    (w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve()))),
+  );
+  for (const worker of workers) worker.send({ type: 'shutdown' });
+  const deadline = setTimeout(() => {
+    for (const worker of workers) worker.process.kill('SIGKILL');
+  }, SHUTDOWN_DEADLINE_MS);
+  await Promise.all(exited);
+  clearTimeout(deadline);
+  await database.server?.stop();
+  lifecycleLog.info({ event: EVENTS.serviceStopped }, 'stopped');
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
