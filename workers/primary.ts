@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
-import { NO_SERVER_ADVICE } from '../src/store/local-server.ts';
+import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
 
@@ -48,9 +48,14 @@ try {
   process.exit(1);
 }
 
+// Port 0 is resolved here, once: a worker restarted later must listen where the others do (with
+// port 0 node:cluster would give a lone replacement worker a new random port).
+const httpPort = config.httpPort || (await freePort(config.httpHost));
+const smtpPort = config.smtpPort || (await freePort(config.smtpHost));
 cluster.setupPrimary({
   exec: fileURLToPath(new URL('./worker.ts', import.meta.url)),
-  args: process.argv.slice(2),
+  // flags win over the environment, and the last of a repeated flag wins
+  args: [...process.argv.slice(2), '--http-port', String(httpPort), '--smtp-port', String(smtpPort)],
 });
 
 let stopping = false;
@@ -87,9 +92,10 @@ function fork(): Worker {
       { event: EVENTS.workerExited, worker: worker.id, code, signal, restart_in_ms: delay },
       'worker exited',
     );
+    // not unref'd: with its only worker dead, this timer is what keeps the primary alive
     setTimeout(() => {
       if (!stopping) fork();
-    }, delay).unref();
+    }, delay);
   });
   return worker;
 }

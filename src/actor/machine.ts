@@ -20,6 +20,7 @@ export const EVENTS = Object.freeze([
   'parse_ok',
   'parse_failed', // not MIME at all: nothing to deliver
   'route', // deliveries decided
+  'no_route', // no recipient matches a route any more (routes deleted since RCPT)
   'attempt_ok', // webhook answered 2xx
   'attempt_failed', // webhook failed, a retry is scheduled
   'retries_exhausted', // webhook failed and no retry is left
@@ -33,7 +34,7 @@ export const TRANSITIONS: Readonly<
 > = Object.freeze({
   accepted: Object.freeze({ enqueue: 'queued' }),
   queued: Object.freeze({ parse_ok: 'parsed', parse_failed: 'dlq' }),
-  parsed: Object.freeze({ route: 'routed' }),
+  parsed: Object.freeze({ route: 'routed', no_route: 'dlq' }),
   routed: Object.freeze({ attempt_ok: 'delivered', attempt_failed: 'failed', retries_exhausted: 'dlq' }),
   failed: Object.freeze({ retry_started: 'retried', replay: 'queued' }),
   retried: Object.freeze({ attempt_ok: 'delivered', attempt_failed: 'failed', retries_exhausted: 'dlq' }),

@@ -1,5 +1,6 @@
 // /routes: recipient patterns of a registered domain and the webhook their mail goes to.
 import type { FastifyPluginAsync } from 'fastify';
+import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
@@ -84,6 +85,13 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
           'invalid_webhook_url',
           `webhook_url must be an absolute http:// or https:// URL of at most ${MAX_WEBHOOK_URL_LENGTH} characters`,
         );
+      }
+      if (body.webhook_secret) {
+        try {
+          standardWebhookKey(body.webhook_secret);
+        } catch {
+          throw new ServiceError('invalid_request', 'webhook_secret: after whsec_ must come a base64-encoded key');
+        }
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);
       if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);

@@ -58,7 +58,8 @@ function assertTimestamp(timestampSeconds: number): void {
   }
 }
 
-function standardWebhookKey(secret: string): Buffer {
+/** The HMAC key of a Standard Webhooks signature; throws TypeError for a malformed whsec_ secret. */
+export function standardWebhookKey(secret: string): Buffer {
   if (!secret.startsWith(STANDARD_WEBHOOK_SECRET_PREFIX)) {
     return Buffer.from(secret, 'utf8');
   }

@@ -3,6 +3,7 @@
 // thread, so it is pure (no I/O) and returns plain objects only.
 import type { Attachment, HeaderLines, ParsedMail } from 'mailparser';
 import { simpleParser } from 'mailparser';
+import { deliveryHeaders } from '../deliver/sign.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
 import { scanStructure } from './mime-structure.ts';
@@ -12,15 +13,26 @@ export interface Envelope {
   rcpt_to: string[];
 }
 export interface DeliverySpec {
+  /** the delivery id, sent as webhook-id */
   key: string;
   to: string[];
   plusTag?: string;
+  /** the route's webhook_secret: the body is signed with it here, off the event loop */
+  secret?: string;
 }
 export interface ParseInput {
   raw: Uint8Array;
   envelope: Envelope;
   receivedAt: string;
   deliveries: DeliverySpec[];
+  /** webhook-timestamp of the attempt these bodies are for; default now */
+  timestampSeconds?: number;
+}
+export interface DeliveryBody {
+  key: string;
+  body: Uint8Array;
+  /** content-type, webhook-id, webhook-timestamp and, with a secret, both signatures */
+  headers: Record<string, string>;
 }
 export interface MessageSummary {
   message_id: string;
@@ -28,7 +40,7 @@ export interface MessageSummary {
   subject: string;
 }
 export type ParseOutput =
-  | { ok: true; summary: MessageSummary; bodies: Array<{ key: string; body: Uint8Array }>; defects: string[] }
+  | { ok: true; summary: MessageSummary; bodies: DeliveryBody[]; defects: string[] }
   | { ok: false; code: 'unparseable'; message: string };
 
 /** The `attachments[]` entries of the payload. */
@@ -122,10 +134,18 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   );
   const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
 
-  const bodies = input.deliveries.map(({ key, to, plusTag }) => {
+  const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
+  const bodies = input.deliveries.map(({ key, to, plusTag, secret }): DeliveryBody => {
     const toJson = encoder.encode(json([...to]));
     const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
-    return { key, body: concat([head, toJson, shared, plusTagJson, tail]) };
+    const body = concat([head, toJson, shared, plusTagJson, tail]);
+    const headers = deliveryHeaders({
+      webhookId: key,
+      timestampSeconds,
+      body,
+      ...(secret ? { secret } : {}),
+    });
+    return { key, body, headers };
   });
 
   return { ok: true, summary, bodies, defects: [...defects] };

@@ -1,14 +1,24 @@
-// Everything one worker process runs: the REST API (and, with the pipeline, the SMTP acceptor, the
-// parse pool and the message actors). Importable, so tests can run it in-process.
-import type { FastifyInstance } from 'fastify';
+// Everything one worker process runs: the REST API, the SMTP acceptor, the parse pool, the
+// webhook client and the actors that drive each message. Importable, so tests can run it
+// in-process; workers/worker.ts is its thin entry.
+
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import type { SMTPServer } from 'smtp-server';
+import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
+import { WebhookClient } from '../deliver/client.ts';
 import type { Logger } from '../log/logger.ts';
+import { ParsePool } from '../parse/pool.ts';
+import { RouteDirectory } from '../route/directory.ts';
+import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import type { Store } from '../store/mongo.ts';
 
 export interface WorkerService {
   httpPort: number;
   smtpPort: number;
+  actors: ActorSystem;
   /** graceful and idempotent */
   stop(): Promise<void>;
 }
@@ -19,25 +29,81 @@ export interface WorkerServiceDeps {
   logger: Logger;
 }
 
+/** Parse threads per worker: the cores shared among the workers, at least one each. */
+export function parseThreadsPerWorker(workers: number): number {
+  return Math.max(1, Math.floor(os.availableParallelism() / workers));
+}
+
 export async function startWorkerService({
   config,
   store,
   logger,
 }: WorkerServiceDeps): Promise<WorkerService> {
-  const app: FastifyInstance = await buildApp({ store, config, logger });
+  const directory = new RouteDirectory(store);
+  const pool = new ParsePool({
+    threads: parseThreadsPerWorker(config.workers),
+    maxMessageBytes: config.maxMessageSize,
+  });
+  const client = new WebhookClient({ timeoutMs: config.webhookTimeout });
+  const actors = new ActorSystem({
+    store,
+    pool,
+    client,
+    directory,
+    retryDelays: config.retryDelays,
+    leaseMs: config.leaseTime,
+    logger,
+  });
+  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
+  const smtp = createSmtpServer({ config, store, directory, actors, logger });
+
   await app.listen({ host: config.httpHost, port: config.httpPort });
-  const address = app.server.address();
-  const httpPort = typeof address === 'object' && address ? address.port : config.httpPort;
+  await new Promise<void>((resolve, reject) => {
+    smtp.once('error', reject);
+    smtp.listen(config.smtpPort, config.smtpHost, () => {
+      smtp.off('error', reject);
+      resolve();
+    });
+  });
+  // a listener error after startup (EMFILE, say) is logged, not fatal
+  smtp.on('error', (err: Error) => logger.error({ err }, 'smtp server error'));
+  actors.start();
+
+  const httpPort = (app.server.address() as AddressInfo).port;
+  const smtpPort = (smtp.server.address() as AddressInfo).port;
 
   let stopping: Promise<void> | undefined;
   return {
     httpPort,
-    smtpPort: 0,
+    smtpPort,
+    actors,
     stop() {
       stopping ??= (async () => {
+        // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
+        const smtpClosed = closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS);
+        await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
+        await smtpClosed;
         await app.close();
+        await pool.close();
+        await client.close();
       })();
       return stopping;
     },
   };
+}
+
+/**
+ * smtp-server's close() answers 421 to every further command at once, so sessions in progress
+ * could not finish. Closing only the listener first lets them go on (a transaction under way
+ * completes and is acknowledged); whatever is still connected after `graceMs` gets 421.
+ */
+async function closeSmtpGracefully(smtp: SMTPServer, graceMs: number): Promise<void> {
+  smtp.server.close();
+  const deadline = Date.now() + graceMs;
+  while (smtp.connections.size > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  // the listener is closed already; close() now only sends 421 to the remaining sessions
+  (smtp.options as { closeTimeout?: number }).closeTimeout = 1;
+  await new Promise<void>((resolve) => smtp.close(() => resolve()));
 }

@@ -1,8 +1,9 @@
 // The messages collection: one document per accepted message, with its lifecycle history, its
 // delivery attempts and its deliveries (one per matched route). The raw bytes live in GridFS.
-import type { Filter, ObjectId } from 'mongodb';
+import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
 import type { MessageState } from '../actor/machine.ts';
-import type { Store } from './mongo.ts';
+import { isDuplicateKey } from './ids.ts';
+import { DURABLE, type Store } from './mongo.ts';
 
 export interface HistoryEntry {
   state: MessageState;
@@ -28,7 +29,7 @@ export interface DeliveryDoc {
   recipients: string[];
   plus_tag?: string;
   state: MessageState;
-  /** attempts made in the current round */
+  /** attempts made in the current round (a replay starts a new round) */
   attempts: number;
   next_attempt_at?: Date;
 }
@@ -57,6 +58,8 @@ export interface MessageDoc {
   /** when the message needs attention next (lease expiry or retry time); absent once final */
   due_at?: Date;
   error?: string;
+  /** parse-pool failures (a crashed thread, a full queue); past a bound the message is dead-lettered */
+  parse_failures?: number;
 }
 
 export interface LeaseDoc {
@@ -88,4 +91,94 @@ export function listMessages(store: Store, query: MessageQuery): Promise<Message
 
 export function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
   return store.messages.findOne({ _id: id });
+}
+
+/** Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. */
+export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Promise<void> {
+  await store.messages.insertOne(doc, { writeConcern: DURABLE });
+}
+
+/** Who holds a message and at which version: every write by the owner is fenced by it. */
+export interface Ownership {
+  id: string;
+  epoch: number;
+  version: number;
+}
+
+/**
+ * Applies one update as the message's owner: it matches only while the epoch (nobody took the
+ * message over) and the version (nothing else wrote since) are the expected ones. Returns the
+ * new version, or undefined when the write lost (ownership is gone: the caller stops).
+ */
+export async function writeAsOwner(
+  store: Store,
+  owner: Ownership,
+  update: UpdateFilter<MessageDoc>,
+): Promise<number | undefined> {
+  const result = await store.messages.updateOne(
+    { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
+    { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
+  );
+  return result.matchedCount === 1 ? owner.version + 1 : undefined;
+}
+
+/** Messages that need an owner: lease expired, or a retry due. Oldest first. */
+export function findDue(
+  store: Store,
+  now: Date,
+  limit: number,
+): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch'>>> {
+  return store.messages
+    .find({ due_at: { $lte: now } }, { projection: { _id: 1, lease_epoch: 1 } })
+    .sort({ due_at: 1 })
+    .limit(limit)
+    .toArray();
+}
+
+/**
+ * Takes a message over at the next epoch. The insert of lease `<id>:<epoch+1>` on the unique `_id`
+ * decides the one winner among any number of claimants (atomic on MongoDB and FerretDB alike,
+ * where a conditional update is not); only the winner then moves the message to that epoch.
+ */
+export async function claimMessage(
+  store: Store,
+  id: string,
+  currentEpoch: number,
+  owner: string,
+  leaseMs: number,
+): Promise<MessageDoc | undefined> {
+  const epoch = currentEpoch + 1;
+  const expiresAt = new Date(Date.now() + leaseMs);
+  try {
+    await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
+  } catch (err) {
+    if (isDuplicateKey(err)) return undefined;
+    throw err;
+  }
+  return (
+    (await store.messages.findOneAndUpdate(
+      { _id: id, lease_epoch: currentEpoch },
+      { $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt }, $inc: { version: 1 } },
+      { returnDocument: 'after' },
+    )) ?? undefined
+  );
+}
+
+/** Extends the leases of the messages this owner holds; one round trip for all of them. */
+export async function renewLeases(
+  store: Store,
+  owner: string,
+  ids: string[],
+  leaseMs: number,
+): Promise<void> {
+  if (ids.length === 0) return;
+  await store.messages.updateMany(
+    { _id: { $in: ids }, lease_owner: owner },
+    { $set: { due_at: new Date(Date.now() + leaseMs) } },
+  );
+}
+
+/** Expiry is a periodic delete (FerretDB has no TTL indexes). */
+export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
+  return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;
 }

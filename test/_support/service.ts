@@ -12,8 +12,11 @@ export interface ServiceProcess {
   baseUrl: string;
   /** everything the service wrote so far */
   output(): string;
-  /** SIGTERM and wait; resolves to the exit code */
+  /** SIGTERM (to the primary, which stops its workers) and wait; resolves to the exit code. SIGKILL
+   * kills the whole process group at once, as a crash of the machine would. */
   stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /** pids of the workers, from their log lines */
+  workerPids(): number[];
 }
 
 export interface StartOptions {
@@ -41,6 +44,8 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
     {
       env: { ...process.env, LOG_LEVEL: 'info', WORKERS: '1', ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
+      // its own process group, so that a kill reaches the workers too
+      detached: true,
     },
   );
   let out = '';
@@ -70,8 +75,22 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
           baseUrl: `http://127.0.0.1:${ready.http_port}`,
           output: () => out,
           async stop(signal: NodeJS.Signals = 'SIGTERM') {
-            if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+            if (signal === 'SIGKILL') {
+              try {
+                process.kill(-child.pid!, 'SIGKILL');
+              } catch {
+                // already gone
+              }
+            } else if (child.exitCode === null && child.signalCode === null) child.kill(signal);
             return exited;
+          },
+          workerPids() {
+            const pids = new Set<number>();
+            for (const line of out.split('\n')) {
+              const match = /"pid":(\d+),"role":"worker"/.exec(line);
+              if (match) pids.add(Number(match[1]));
+            }
+            return [...pids];
           },
         });
         return;

@@ -84,21 +84,19 @@ test('a full queue answers pool_unavailable and never throws', async (t) => {
   t.is(subjectOf(await pool.parse(plainInput())), 'Printer on floor 3 is jammed');
 });
 
-test('a worker that runs out of heap yields worker_crashed, and the pool recovers', async (t) => {
-  // maxMessageBytes 1 sizes the heap at its 65 MB floor; the 78 MB base64 text alone cannot fit in
-  // it (a 30 MB message sometimes did, when the thread got by with less).
-  const pool = new ParsePool({ threads: 1, maxMessageBytes: 1 });
+test('a task that fails inside its thread yields worker_crashed, never a rejection, and the pool goes on', async (t) => {
+  // An invalid whsec_ secret makes signing throw inside the thread. (Exhausting a thread's heap
+  // would be the realistic crash, but V8 sometimes aborts the whole process on that path instead
+  // of just the thread, so it cannot be a test.)
+  const pool = new ParsePool({ threads: 1 });
   t.teardown(() => pool.close());
-  const base64Line = `${'QUJD'.repeat(19)}\r\n`;
-  const raw = new TextEncoder().encode(
-    'From: big@sender.example\r\nSubject: big\r\nContent-Type: application/octet-stream\r\n' +
-      `Content-Transfer-Encoding: base64\r\n\r\n${base64Line.repeat(1_000_000)}`,
-  );
-  const output = await pool.parse(input(raw));
+  const output = await pool.parse({
+    ...plainInput(),
+    deliveries: [{ key: 'k', to: ['a@b.example'], secret: 'whsec_%%%' }],
+  });
   t.false(output.ok);
   if (output.ok) return;
   t.is(output.code, 'worker_crashed');
-  t.regex(output.message, /memory/i);
   t.is(subjectOf(await pool.parse(plainInput())), 'Printer on floor 3 is jammed');
 });
 

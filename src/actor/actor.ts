@@ -1,0 +1,403 @@
+// The per-message actor: drives one message it owns from queued to delivered or dlq. It decides
+// with the pure transition table and retry policy, persists each decision as one fenced write
+// (only while it still holds the message's lease epoch and the version it last wrote), and only
+// then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
+// the scheduler of any process picks it up again when it is due.
+import type { UpdateFilter } from 'mongodb';
+import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
+import { EVENTS } from '../log/events.ts';
+import type { Logger } from '../log/logger.ts';
+import type { DeliveryBody } from '../parse/payload.ts';
+import type { ParsePool } from '../parse/pool.ts';
+import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
+import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
+import { writeAsOwner } from '../store/messages.ts';
+import type { Store } from '../store/mongo.ts';
+import { readRaw } from '../store/raw.ts';
+import { aggregateState, type MessageEvent, type MessageState, transition } from './machine.ts';
+import { afterFailure, MAX_PARSE_FAILURES, parseRetryDelayMs } from './retry-policy.ts';
+
+export interface ActorDeps {
+  store: Store;
+  pool: ParsePool;
+  client: WebhookClient;
+  directory: RouteDirectory;
+  retryDelays: readonly number[];
+  leaseMs: number;
+  logger: Logger;
+}
+
+/** Thrown inside an actor when a fenced write no longer matches: another owner has the message. */
+class OwnershipLost extends Error {}
+
+/** One write: what changes, what is appended to the history and attempts, what is removed. */
+interface Change {
+  set?: Partial<MessageDoc>;
+  unset?: Array<'due_at' | 'lease_owner'>;
+  history?: HistoryEntry[];
+  attempts?: AttemptRecord[];
+}
+
+/** A message with its deliveries waiting for a retry hands its lease back until the earliest one. */
+function releaseChange(deliveries: readonly DeliveryDoc[]): Change {
+  const waiting = deliveries
+    .filter((d) => d.state === 'failed' && d.next_attempt_at)
+    .map((d) => d.next_attempt_at!.getTime());
+  if (waiting.length === 0) return { unset: ['due_at', 'lease_owner'] };
+  return { set: { due_at: new Date(Math.min(...waiting)) }, unset: ['lease_owner'] };
+}
+
+function next(state: MessageState, event: MessageEvent): MessageState {
+  const result = transition(state, event);
+  if (!result.ok) throw new Error(`invalid transition: ${state} --${event}-->`);
+  return result.state;
+}
+
+export function deliveryId(messageId: string, routeId: string): string {
+  return `${messageId}.${routeId}`;
+}
+
+export class MessageActor {
+  readonly id: string;
+  private doc: MessageDoc;
+  private owner: Ownership;
+  private readonly deps: ActorDeps;
+  private readonly log: Logger;
+  /** fenced writes go one at a time: each expects the version the previous one produced */
+  private writes: Promise<unknown> = Promise.resolve();
+  private lost = false;
+
+  constructor(deps: ActorDeps, doc: MessageDoc) {
+    this.deps = deps;
+    this.doc = doc;
+    this.id = doc._id;
+    this.owner = { id: doc._id, epoch: doc.lease_epoch, version: doc.version };
+    this.log = deps.logger.child({ message: doc._id });
+  }
+
+  /** Runs until the message is final, waits for a retry, or is lost to another owner. */
+  async run(raw?: Uint8Array): Promise<void> {
+    try {
+      let bodies: Map<string, DeliveryBody> | undefined;
+      if (this.doc.state === 'queued') {
+        bodies = await this.parseAndRoute(raw);
+        if (!bodies) return;
+      }
+      await this.deliverDue(bodies);
+    } catch (err) {
+      if (err instanceof OwnershipLost) {
+        this.log.warn({ event: 'lease.lost' }, 'message taken over by another owner; stopping');
+        return;
+      }
+      this.log.error({ err, event: 'actor.failed' }, 'actor failed; the message is released for another try');
+      // an infrastructure failure (the database, most likely): hand the message back for later
+      await this.persist({ set: { due_at: new Date(Date.now() + 5000) }, unset: ['lease_owner'] }).catch(
+        () => {},
+      );
+    }
+  }
+
+  /** Extends the lease, in line with the actor's other writes. */
+  renew(): Promise<void> {
+    return this.persist({ set: { due_at: new Date(Date.now() + this.deps.leaseMs) } }).catch(() => {});
+  }
+
+  /** Takes the message back to queued for a new round of attempts (its state was checked). */
+  async replay(): Promise<void> {
+    const at = new Date();
+    await this.persist({
+      set: { state: next(this.doc.state, 'replay'), parse_failures: 0 },
+      history: [{ state: 'queued', at, detail: 'replay requested' }],
+    });
+  }
+
+  /** Queues one fenced write; a function is given the current document, so it decides in turn. */
+  private persist(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
+    const write = this.writes.then(async () => {
+      if (this.lost) throw new OwnershipLost();
+      const change = typeof changeOrDecide === 'function' ? changeOrDecide(this.doc) : changeOrDecide;
+      const update: UpdateFilter<MessageDoc> = {};
+      if (change.set) update.$set = change.set;
+      if (change.unset) update.$unset = Object.fromEntries(change.unset.map((key) => [key, '']));
+      const push: Record<string, { $each: unknown[] }> = {};
+      if (change.history?.length) push.history = { $each: change.history };
+      if (change.attempts?.length) push.attempts = { $each: change.attempts };
+      if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
+      const version = await writeAsOwner(this.deps.store, this.owner, update);
+      if (version === undefined) {
+        this.lost = true;
+        throw new OwnershipLost();
+      }
+      this.owner = { ...this.owner, version };
+      this.doc = {
+        ...this.doc,
+        ...change.set,
+        version,
+        history: [...this.doc.history, ...(change.history ?? [])],
+        attempts: [...this.doc.attempts, ...(change.attempts ?? [])],
+      };
+      for (const key of change.unset ?? []) delete this.doc[key];
+    });
+    this.writes = write.catch(() => {});
+    return write;
+  }
+
+  /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
+  private async parseAndRoute(raw: Uint8Array | undefined): Promise<Map<string, DeliveryBody> | undefined> {
+    const deliveries = await this.planDeliveries();
+    const pending = deliveries.filter((d) => d.state === 'routed');
+    const output = await this.parse(raw, pending);
+    const at = new Date();
+    if (!output.ok) {
+      if (output.code === 'unparseable') {
+        await this.persist({
+          set: { state: next('queued', 'parse_failed'), error: output.message },
+          unset: ['due_at', 'lease_owner'],
+          history: [{ state: 'dlq', at, detail: `unparseable: ${output.message}` }],
+        });
+        this.log.warn({ event: 'delivery.dlq', reason: 'unparseable' }, 'message cannot be parsed');
+        return undefined;
+      }
+      // the pool failed, not the message: try again later, a bounded number of times
+      const failures = (this.doc.parse_failures ?? 0) + 1;
+      if (failures >= MAX_PARSE_FAILURES) {
+        await this.persist({
+          set: { state: next('queued', 'parse_failed'), error: output.message, parse_failures: failures },
+          unset: ['due_at', 'lease_owner'],
+          history: [{ state: 'dlq', at, detail: `parser failed ${failures} times: ${output.message}` }],
+        });
+        return undefined;
+      }
+      await this.persist({
+        set: { parse_failures: failures, due_at: new Date(at.getTime() + parseRetryDelayMs(failures)) },
+        unset: ['lease_owner'],
+      });
+      return undefined;
+    }
+
+    const summary = {
+      message_id: output.summary.message_id,
+      from: output.summary.from,
+      subject: output.summary.subject,
+    };
+    const parsed = next('queued', 'parse_ok');
+    if (pending.length === 0 && !deliveries.some((d) => d.state === 'delivered')) {
+      await this.persist({
+        set: { ...summary, state: next(parsed, 'no_route'), deliveries: [] },
+        unset: ['due_at', 'lease_owner'],
+        history: [
+          { state: 'parsed', at },
+          { state: 'dlq', at, detail: 'no route matches any recipient' },
+        ],
+      });
+      return undefined;
+    }
+    const routed = next(parsed, 'route');
+    await this.persist({
+      set: { ...summary, state: aggregateState(deliveries.map((d) => d.state)), deliveries },
+      history: [
+        { state: 'parsed', at },
+        ...pending.map((d) => ({ state: routed, at, delivery: d.id, detail: `route ${d.route_id}` })),
+      ],
+    });
+    return new Map(output.bodies.map((body) => [body.key, body]));
+  }
+
+  /** One delivery per matched route; a replay keeps what was delivered and starts the rest anew. */
+  private async planDeliveries(): Promise<DeliveryDoc[]> {
+    const byRoute = new Map<string, { route: DirectoryRoute; recipients: string[]; plusTag?: string }>();
+    for (const recipient of this.doc.envelope.rcpt_to) {
+      const match = await this.deps.directory.match(recipient);
+      if (!match) continue;
+      const entry = byRoute.get(match.route.id);
+      if (entry) entry.recipients.push(recipient);
+      else
+        byRoute.set(match.route.id, { route: match.route, recipients: [recipient], plusTag: match.plusTag });
+    }
+    const delivered = new Map(
+      this.doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.route_id, d]),
+    );
+    return [...byRoute.values()].map(({ route, recipients, plusTag }) => {
+      const done = delivered.get(route.id);
+      if (done) return done;
+      return {
+        id: deliveryId(this.id, route.id),
+        route_id: route.id,
+        webhook_url: route.webhook_url,
+        recipients,
+        ...(plusTag !== undefined ? { plus_tag: plusTag } : {}),
+        state: 'routed' as const,
+        attempts: 0,
+      };
+    });
+  }
+
+  private async parse(raw: Uint8Array | undefined, deliveries: readonly DeliveryDoc[]) {
+    const bytes = raw ?? (await readRaw(this.deps.store, this.doc.raw_id));
+    const specs = await Promise.all(
+      deliveries.map(async (d) => {
+        const route = await this.deps.directory.route(d.route_id);
+        return {
+          key: d.id,
+          to: d.recipients,
+          ...(d.plus_tag !== undefined ? { plusTag: d.plus_tag } : {}),
+          ...(route?.webhook_secret ? { secret: route.webhook_secret } : {}),
+        };
+      }),
+    );
+    return this.deps.pool.parse({
+      raw: bytes,
+      envelope: this.doc.envelope,
+      receivedAt: this.doc.received_at.toISOString(),
+      deliveries: specs,
+    });
+  }
+
+  /** Attempts every delivery that is due: new ones, retries whose time has come, ones cut by a crash. */
+  private async deliverDue(bodies: Map<string, DeliveryBody> | undefined): Promise<void> {
+    const now = Date.now();
+    const due = this.doc.deliveries.filter(
+      (d) =>
+        d.state === 'routed' ||
+        d.state === 'retried' ||
+        (d.state === 'failed' && (d.next_attempt_at?.getTime() ?? 0) <= now),
+    );
+    if (due.length === 0) {
+      await this.persist(releaseChange(this.doc.deliveries));
+      return;
+    }
+    if (!bodies || due.some((d) => !bodies?.has(d.id))) {
+      const output = await this.parse(undefined, due);
+      if (!output.ok) {
+        // it parsed before, so the pool is at fault: try again shortly
+        await this.persist({
+          set: { due_at: new Date(Date.now() + parseRetryDelayMs(1)) },
+          unset: ['lease_owner'],
+        });
+        return;
+      }
+      bodies = new Map(output.bodies.map((body) => [body.key, body]));
+    }
+
+    const retrying = due.filter((d) => d.state === 'failed');
+    if (retrying.length > 0) {
+      const at = new Date();
+      const deliveries = this.doc.deliveries.map((d) =>
+        retrying.includes(d) ? { ...d, state: next(d.state, 'retry_started') } : d,
+      );
+      await this.persist({
+        set: { deliveries, state: aggregateState(deliveries.map((d) => d.state)) },
+        history: retrying.map((d) => ({ state: 'retried' as const, at, delivery: d.id })),
+      });
+    }
+
+    const ready = bodies;
+    let inFlight = due.length;
+    await Promise.all(
+      due.map(async (delivery) => {
+        const route = await this.deps.directory.route(delivery.route_id);
+        const body = ready.get(delivery.id)!;
+        const result: AttemptResult | undefined = route
+          ? await this.deps.client.post(route.webhook_url, body.body, body.headers)
+          : undefined;
+        inFlight--;
+        await this.recordAttempt(delivery.id, result, route, inFlight === 0);
+      }),
+    );
+  }
+
+  /** Persists one attempt's outcome; the last one in flight also releases the message. */
+  private async recordAttempt(
+    deliveryKey: string,
+    result: AttemptResult | undefined,
+    route: DirectoryRoute | undefined,
+    last: boolean,
+  ): Promise<void> {
+    let updated: DeliveryDoc | undefined;
+    let entry: HistoryEntry | undefined;
+    await this.persist((doc) => {
+      const at = new Date();
+      const current = doc.deliveries.find((d) => d.id === deliveryKey)!;
+      const decided = decideAttempt(current, result, route, this.deps.retryDelays, at);
+      updated = decided.delivery;
+      entry = decided.entry;
+      const deliveries = doc.deliveries.map((d) => (d.id === current.id ? decided.delivery : d));
+      const release = last ? releaseChange(deliveries) : {};
+      return {
+        set: { deliveries, state: aggregateState(deliveries.map((d) => d.state)), ...release.set },
+        ...(release.unset ? { unset: release.unset } : {}),
+        history: [decided.entry],
+        attempts: decided.attempt ? [decided.attempt] : [],
+      };
+    });
+    if (!updated || !entry) return;
+    const fields = { delivery: updated.id, attempts: updated.attempts, detail: entry.detail };
+    if (updated.state === 'delivered')
+      this.log.info({ event: EVENTS.deliverySucceeded, ...fields }, 'delivered');
+    else if (updated.state === 'dlq')
+      this.log.warn({ event: EVENTS.deliveryDeadLettered, ...fields }, 'dead-lettered');
+    else
+      this.log.warn(
+        { event: EVENTS.deliveryFailed, ...fields, retry_at: updated.next_attempt_at },
+        'delivery failed',
+      );
+  }
+}
+
+interface AttemptDecision {
+  delivery: DeliveryDoc;
+  entry: HistoryEntry;
+  attempt?: AttemptRecord;
+}
+
+/** The delivery after one attempt (or after finding its route deleted), by table and retry policy. */
+function decideAttempt(
+  current: DeliveryDoc,
+  result: AttemptResult | undefined,
+  route: DirectoryRoute | undefined,
+  retryDelays: readonly number[],
+  at: Date,
+): AttemptDecision {
+  const { next_attempt_at: _previousRetry, ...base } = current;
+  if (!result || !route) {
+    const delivery = { ...base, state: next(current.state, 'retries_exhausted') };
+    return {
+      delivery,
+      entry: { state: delivery.state, at, delivery: current.id, detail: 'route deleted; not delivered' },
+    };
+  }
+  const { outcome, durationMs } = result;
+  const attempts = current.attempts + 1;
+  const attempt: AttemptRecord = {
+    delivery: current.id,
+    at,
+    ...(outcome.ok || outcome.reason === 'http_status'
+      ? { status_code: outcome.statusCode }
+      : { error: outcome.error }),
+    duration_ms: Math.round(durationMs),
+  };
+  if (outcome.ok) {
+    const delivery = {
+      ...base,
+      attempts,
+      webhook_url: route.webhook_url,
+      state: next(current.state, 'attempt_ok'),
+    };
+    return {
+      delivery,
+      attempt,
+      entry: { state: delivery.state, at, delivery: current.id, detail: `HTTP ${outcome.statusCode}` },
+    };
+  }
+  const detail =
+    outcome.reason === 'http_status' ? `HTTP ${outcome.statusCode}` : `${outcome.reason}: ${outcome.error}`;
+  const decision = afterFailure(attempts, retryDelays, at.getTime());
+  const delivery: DeliveryDoc = {
+    ...base,
+    attempts,
+    webhook_url: route.webhook_url,
+    state: next(current.state, decision.event),
+    ...(decision.event === 'attempt_failed' ? { next_attempt_at: decision.retryAt } : {}),
+  };
+  return { delivery, attempt, entry: { state: delivery.state, at, delivery: current.id, detail } };
+}

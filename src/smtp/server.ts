@@ -1,0 +1,166 @@
+// The inbound MX: smtp-server set up for receiving (no AUTH, no relaying), recipients checked
+// against the domains and routes at RCPT time, and the receive path: the exact bytes to GridFS
+// and the message record to MongoDB, both durable, before the 250. Any storage failure is 451, so
+// the sending MTA tries again later: an outage never turns into bounces.
+import { readFileSync } from 'node:fs';
+import {
+  SMTPServer,
+  type SMTPServerDataStream,
+  type SMTPServerOptions,
+  type SMTPServerSession,
+} from 'smtp-server';
+import type { ActorSystem } from '../actor/system.ts';
+import { smtpError } from '../errors/catalog.ts';
+import { EVENTS } from '../log/events.ts';
+import type { Logger } from '../log/logger.ts';
+import type { RouteDirectory } from '../route/directory.ts';
+import { newId } from '../store/ids.ts';
+import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
+import type { Store } from '../store/mongo.ts';
+import { deleteRaw, storeRaw } from '../store/raw.ts';
+import { useOwnEnhancedCodes } from './replies.ts';
+
+export const MAX_RECIPIENTS = 100;
+/** How long storing one message may take before the sender is told to try again (451). */
+export const STORE_DEADLINE_MS = 20_000;
+/** Inactivity allowed before a client is disconnected (RFC 5321 suggests minutes per command). */
+export const IDLE_TIMEOUT_MS = 60_000;
+/** How long sessions in progress may go on after shutdown begins before they are closed with 421. */
+export const CLOSE_TIMEOUT_MS = 10_000;
+export const MAX_CLIENTS = 1000;
+
+export interface SmtpDeps {
+  config: { maxMessageSize: number; smtpTlsCert: string; smtpTlsKey: string; leaseTime: number };
+  store: Store;
+  directory: RouteDirectory;
+  actors: ActorSystem;
+  logger: Logger;
+}
+
+function domainOf(address: string): string {
+  return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
+}
+
+function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+export function createSmtpServer(deps: SmtpDeps): SMTPServer {
+  useOwnEnhancedCodes();
+  const { config, store, directory, actors, logger } = deps;
+  const log = logger.child({ component: 'smtp' });
+  const tls = config.smtpTlsCert
+    ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
+    : undefined;
+
+  async function accept(raw: Buffer, session: SMTPServerSession): Promise<MessageDoc> {
+    const id = newId('m');
+    const receivedAt = new Date();
+    const rcptTo = session.envelope.rcptTo.map((r) => r.address);
+    const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
+    const rawId = await storeRaw(store, id, raw);
+    const doc: MessageDoc = {
+      _id: id,
+      message_id: '',
+      from: mailFrom,
+      to: rcptTo,
+      subject: '',
+      received_at: receivedAt,
+      state: 'queued',
+      envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
+      domains: [...new Set(rcptTo.map(domainOf))],
+      size: raw.byteLength,
+      raw_id: rawId,
+      // stored, then placed in this process's queue: both states hold once the insert is durable
+      history: [
+        { state: 'accepted', at: receivedAt, detail: `from ${session.remoteAddress}` },
+        { state: 'queued', at: receivedAt },
+      ],
+      attempts: [],
+      deliveries: [],
+      version: 1,
+      lease_epoch: 1,
+      lease_owner: actors.owner,
+      due_at: new Date(receivedAt.getTime() + config.leaseTime),
+    };
+    try {
+      await insertAcceptedMessage(store, doc);
+    } catch (err) {
+      await deleteRaw(store, rawId);
+      throw err;
+    }
+    return doc;
+  }
+
+  const options: SMTPServerOptions = {
+    banner: 'mailroute inbound MX',
+    size: config.maxMessageSize,
+    rejectOversized: true,
+    maxRecipients: MAX_RECIPIENTS,
+    hideENHANCEDSTATUSCODES: false,
+    hideSMTPUTF8: false,
+    hide8BITMIME: false,
+    hidePIPELINING: false,
+    disableReverseLookup: true,
+    authOptional: true,
+    disabledCommands: tls ? ['AUTH'] : ['AUTH', 'STARTTLS'],
+    maxClients: MAX_CLIENTS,
+    socketTimeout: IDLE_TIMEOUT_MS,
+    closeTimeout: CLOSE_TIMEOUT_MS,
+    logger: false,
+    ...(tls ?? {}),
+
+    onRcptTo(address, _session, callback) {
+      const recipient = address.address.toLowerCase();
+      void (async () => {
+        if (!(await directory.servesDomain(domainOf(recipient)))) {
+          log.debug({ event: EVENTS.smtpRejected, reason: 'relay_denied' }, 'recipient domain not served');
+          return callback(smtpError('relay_denied'));
+        }
+        if (!(await directory.match(recipient))) {
+          log.debug({ event: EVENTS.smtpRejected, reason: 'no_such_recipient' }, 'no route for recipient');
+          return callback(smtpError('no_such_recipient'));
+        }
+        callback();
+      })().catch((err: unknown) => {
+        log.error({ err, event: EVENTS.databaseUnavailable }, 'recipient check failed');
+        callback(smtpError('storage_unavailable'));
+      });
+    },
+
+    onData(stream: SMTPServerDataStream, session, callback) {
+      const chunks: Buffer[] = [];
+      let bytes = 0;
+      stream.on('data', (chunk: Buffer) => {
+        // past the limit the rest is drained, not kept: smtp-server answers 552 5.3.4 itself
+        if (stream.sizeExceeded) return;
+        chunks.push(chunk);
+        bytes += chunk.length;
+      });
+      stream.once('end', () => {
+        if (stream.sizeExceeded) return callback(smtpError('message_too_big'));
+        const raw = Buffer.concat(chunks, bytes);
+        chunks.length = 0;
+        withDeadline(accept(raw, session), STORE_DEADLINE_MS, 'storing the message').then(
+          (doc) => {
+            log.info(
+              { event: EVENTS.smtpAccepted, message: doc._id, size: bytes, recipients: doc.to.length },
+              'accepted',
+            );
+            callback(null, `OK: queued as ${doc._id}`);
+            actors.adopt(doc, raw);
+          },
+          (err: unknown) => {
+            log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
+            callback(smtpError('storage_unavailable'));
+          },
+        );
+      });
+    },
+  };
+  return new SMTPServer(options);
+}

@@ -1,0 +1,79 @@
+// The running service (as `npm start` runs it) with its own database, a webhook receiver and an
+// API client: what the end-to-end tests start from.
+import type { ExecutionContext } from 'ava';
+import { databaseUri, freshDbName } from './db.ts';
+import { ApiClient } from './http.ts';
+import { WebhookReceiver } from './receiver.ts';
+import { type ServiceProcess, startService } from './service.ts';
+
+export interface Pipeline {
+  service: ServiceProcess;
+  api: ApiClient;
+  receiver: WebhookReceiver;
+  uri: string;
+  /** kills the service and closes the receiver (registered as t.teardown when a test is given) */
+  stop(): Promise<void>;
+}
+
+/** Short settings so that retries, timeouts and lease expiry happen within a test. */
+export const FAST = Object.freeze({
+  RETRY_DELAYS: '200ms,200ms,200ms',
+  WEBHOOK_TIMEOUT: '1s',
+  LEASE_TIME: '2s',
+  LOG_LEVEL: 'info',
+});
+
+export async function databaseFor(label: string): Promise<string> {
+  return `${(await databaseUri()).replace(/\/$/, '')}/${freshDbName(label)}`;
+}
+
+/** `t` is the test (for teardown and response checks); pass undefined from a hook and call stop(). */
+export async function startPipeline(
+  t: ExecutionContext | undefined,
+  options: { env?: Record<string, string>; uri?: string; label?: string } = {},
+): Promise<Pipeline> {
+  const uri = options.uri ?? (await databaseFor(options.label ?? 'pipe'));
+  const receiver = await WebhookReceiver.start();
+  const service = await startService({ env: { ...FAST, MONGODB_URI: uri, ...options.env } });
+  const stop = async () => {
+    await service.stop('SIGKILL');
+    await receiver.close();
+  };
+  t?.teardown(stop);
+  return { service, receiver, uri, stop, api: new ApiClient(service.baseUrl, undefined, t) };
+}
+
+export interface MessageDetail {
+  id: string;
+  state: string;
+  message_id: string;
+  from: string;
+  to: string[];
+  subject: string;
+  history: Array<{ state: string; at: string; detail?: string; delivery?: string }>;
+  attempts: Array<{ delivery: string; status_code?: number; error?: string; duration_ms: number }>;
+  deliveries: Array<{ id: string; route_id: string; state: string; attempts: number; recipients: string[] }>;
+}
+
+/** Polls GET /messages/{id} until the message reaches one of `states`. */
+export async function waitForState(
+  api: ApiClient,
+  id: string,
+  states: string[],
+  timeoutMs = 20_000,
+): Promise<MessageDetail> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    // the API may be briefly away (a worker killed by the test is being replaced)
+    const res = await api
+      .get<MessageDetail>(`/messages/${id}`)
+      .catch((err: Error) => ({ status: 0, body: err.message }));
+    if (res.status === 200 && typeof res.body === 'object' && states.includes(res.body.state))
+      return res.body;
+    last = res.body;
+    if (Date.now() > deadline)
+      throw new Error(`message ${id} is ${JSON.stringify(last)} after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

@@ -1,0 +1,133 @@
+// What each webhook outcome leads to: 2xx delivered; 4xx, 5xx, timeout and a refused connection
+// retried after each of RETRY_DELAYS (here 3 short ones: 4 attempts), then dlq; replay from dlq.
+import net from 'node:net';
+import test from 'ava';
+import { startPipeline, waitForState } from '../_support/pipeline.ts';
+import type { Behaviour } from '../_support/receiver.ts';
+import { acceptedId, sendRaw } from '../_support/smtp.ts';
+
+const MESSAGE = 'From: s@outside.example\r\nSubject: outcome\r\n\r\nbody\r\n';
+
+async function refusedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+const failing: Array<[string, Behaviour | 'refused', RegExp]> = [
+  ['404', { status: 404 }, /^HTTP 404$/],
+  ['500', { status: 500 }, /^HTTP 500$/],
+  ['302 (redirects are not followed)', { status: 302 }, /^HTTP 302$/],
+  ['no answer within WEBHOOK_TIMEOUT', 'hang', /^timeout/],
+  ['a reset connection', 'reset', /^connection/],
+  ['a refused connection', 'refused', /^connection/],
+];
+
+for (const [title, behaviour, detail] of failing) {
+  test(`${title}: 1 + 3 retries, same webhook-id, then dlq`, async (t) => {
+    const { service, api, receiver } = await startPipeline(t, { label: 'outcome' });
+    await api.post('/domains', { name: 'out.example' });
+    const url = behaviour === 'refused' ? `http://127.0.0.1:${await refusedPort()}/x` : receiver.url('/x');
+    if (behaviour !== 'refused') receiver.on('/x', behaviour);
+    await api.post('/routes', { domain: 'out.example', recipient_pattern: '*', webhook_url: url });
+    const sent = await sendRaw(
+      service.smtpPort,
+      { from: 's@outside.example', to: ['a@out.example'] },
+      MESSAGE,
+    );
+    t.true(sent.ok, sent.response);
+    const message = await waitForState(api, acceptedId(sent), ['dlq'], 30_000);
+    t.is(message.attempts.length, 4);
+    t.is(message.deliveries[0]!.attempts, 4);
+    t.is(message.deliveries[0]!.state, 'dlq');
+    for (const attempt of message.attempts)
+      t.regex(String(attempt.status_code ? `HTTP ${attempt.status_code}` : attempt.error), /./);
+    const deliveryStates = message.history.filter((h) => h.delivery).map((h) => h.state);
+    t.deepEqual(deliveryStates, [
+      'routed',
+      'failed',
+      'retried',
+      'failed',
+      'retried',
+      'failed',
+      'retried',
+      'dlq',
+    ]);
+    t.regex(message.history.at(-1)!.detail ?? '', detail);
+    if (behaviour !== 'refused') {
+      t.is(receiver.to('/x').length, 4);
+      t.is(new Set(receiver.to('/x').map((r) => r.headers['webhook-id'])).size, 1);
+    }
+    const dlq = await api.get<Array<{ id: string }>>('/messages?state=dlq');
+    t.true(dlq.body.some((m) => m.id === message.id));
+  });
+}
+
+test('a failure then a success: delivered on the retry', async (t) => {
+  const { service, api, receiver } = await startPipeline(t, { label: 'recover' });
+  await api.post('/domains', { name: 'flaky.example' });
+  receiver.on('/f', (count) => (count === 1 ? { status: 503 } : { status: 204 }));
+  await api.post('/routes', {
+    domain: 'flaky.example',
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/f'),
+  });
+  const sent = await sendRaw(
+    service.smtpPort,
+    { from: 's@outside.example', to: ['a@flaky.example'] },
+    MESSAGE,
+  );
+  const message = await waitForState(api, acceptedId(sent), ['delivered']);
+  t.deepEqual(
+    message.attempts.map((a) => a.status_code),
+    [503, 204],
+  );
+  t.deepEqual(
+    message.history.map((h) => h.state),
+    ['accepted', 'queued', 'parsed', 'routed', 'failed', 'retried', 'delivered'],
+  );
+});
+
+test('replay: a message in dlq is retried on request and delivered; other states are 409', async (t) => {
+  const { service, api, receiver } = await startPipeline(t, {
+    label: 'replay',
+    env: { RETRY_DELAYS: '100ms' },
+  });
+  await api.post('/domains', { name: 'replay.example' });
+  let healthy = false;
+  receiver.on('/r', () => (healthy ? { status: 200 } : { status: 500 }));
+  await api.post('/routes', {
+    domain: 'replay.example',
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/r'),
+  });
+  const sent = await sendRaw(
+    service.smtpPort,
+    { from: 's@outside.example', to: ['a@replay.example'] },
+    MESSAGE,
+  );
+  const id = acceptedId(sent);
+  await waitForState(api, id, ['dlq']);
+  t.is(receiver.to('/r').length, 2);
+
+  healthy = true;
+  const replayed = await api.post<{ id: string; state: string }>(`/messages/${id}/retry`);
+  t.is(replayed.status, 202);
+  t.is(replayed.body.id, id);
+  const message = await waitForState(api, id, ['delivered']);
+  t.is(receiver.to('/r').length, 3);
+  t.is(
+    new Set(receiver.to('/r').map((r) => r.headers['webhook-id'])).size,
+    1,
+    'the replay keeps the webhook-id',
+  );
+  t.true(message.history.some((h) => h.state === 'queued' && h.detail === 'replay requested'));
+
+  const again = await api.post<{ error: string }>(`/messages/${id}/retry`);
+  t.is(again.status, 409);
+  t.is(again.body.error, 'invalid_state');
+  const missing = await api.post<{ error: string }>('/messages/m-0000000000000000000000/retry');
+  t.is(missing.status, 404);
+});
