@@ -90,7 +90,10 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         try {
           standardWebhookKey(body.webhook_secret);
         } catch {
-          throw new ServiceError('invalid_request', 'webhook_secret: after whsec_ must come a base64-encoded key');
+          throw new ServiceError(
+            'invalid_request',
+            'webhook_secret: after whsec_ must come a base64-encoded key',
+          );
         }
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);

@@ -28,6 +28,8 @@ export const IDLE_TIMEOUT_MS = 60_000;
 /** How long sessions in progress may go on after shutdown begins before they are closed with 421. */
 export const CLOSE_TIMEOUT_MS = 10_000;
 export const MAX_CLIENTS = 1000;
+/** The longest a whole session may last, however active: a slow-drip client cannot hold it forever. */
+export const SESSION_LIMIT_MS = 10 * 60_000;
 
 export interface SmtpDeps {
   config: { maxMessageSize: number; smtpTlsCert: string; smtpTlsKey: string; leaseTime: number };
@@ -162,5 +164,28 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       });
     },
   };
-  return new SMTPServer(options);
+  const server = new SMTPServer(options);
+  enforceSessionLimit(server, SESSION_LIMIT_MS);
+  return server;
+}
+
+/** Closes sessions older than `limitMs` with 421 4.4.2; checked every few seconds. */
+export function enforceSessionLimit(server: SMTPServer, limitMs: number): void {
+  const started = new WeakMap<object, number>();
+  const sweep = setInterval(
+    () => {
+      const now = Date.now();
+      for (const connection of server.connections) {
+        const since = started.get(connection);
+        if (since === undefined) started.set(connection, now);
+        else if (now - since > limitMs) {
+          connection.send(421, '4.4.2 Session time limit exceeded, closing connection');
+          connection.close();
+        }
+      }
+    },
+    Math.min(5000, Math.max(50, Math.floor(limitMs / 4))),
+  );
+  sweep.unref();
+  server.server.once('close', () => clearInterval(sweep));
 }

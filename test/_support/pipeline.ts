@@ -77,3 +77,20 @@ export async function waitForState(
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
+
+/** Registers `domain` (once) and a route for `pattern` (default: everything) to the receiver's `path`. */
+export async function routeTo(
+  pipe: Pick<Pipeline, 'api' | 'receiver'>,
+  domain: string,
+  path: string,
+  pattern = '*',
+): Promise<void> {
+  const created = await pipe.api.post('/domains', { name: domain });
+  if (created.status !== 201 && created.status !== 409) throw new Error(`domain ${domain}: ${created.text}`);
+  const route = await pipe.api.post('/routes', {
+    domain,
+    recipient_pattern: pattern,
+    webhook_url: pipe.receiver.url(path),
+  });
+  if (route.status !== 201) throw new Error(`route ${pattern}: ${route.text}`);
+}

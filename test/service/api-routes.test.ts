@@ -73,7 +73,12 @@ const invalid: Array<[string, Record<string, unknown>, string, RegExp?]> = [
   ['empty recipient_pattern', { ...valid, recipient_pattern: '' }, 'invalid_request'],
   ['unknown field', { ...valid, priority: 1 }, 'invalid_request'],
   ['secret not a string', { ...valid, webhook_secret: 5 }, 'invalid_request'],
-  ['whsec_ secret that is not base64', { ...valid, webhook_secret: 'whsec_%%%' }, 'invalid_request', /whsec_/],
+  [
+    'whsec_ secret that is not base64',
+    { ...valid, webhook_secret: 'whsec_%%%' },
+    'invalid_request',
+    /whsec_/,
+  ],
   ['operator injection', { ...valid, domain: { $ne: null } }, 'invalid_request'],
   ['unregistered domain', { ...valid, domain: 'other.example' }, 'unknown_domain', /other\.example/],
   ['relative URL', { ...valid, webhook_url: '/hooks' }, 'invalid_webhook_url'],

@@ -2,7 +2,7 @@
 // retried after each of RETRY_DELAYS (here 3 short ones: 4 attempts), then dlq; replay from dlq.
 import net from 'node:net';
 import test from 'ava';
-import { startPipeline, waitForState } from '../_support/pipeline.ts';
+import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import type { Behaviour } from '../_support/receiver.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 
@@ -67,13 +67,8 @@ for (const [title, behaviour, detail] of failing) {
 
 test('a failure then a success: delivered on the retry', async (t) => {
   const { service, api, receiver } = await startPipeline(t, { label: 'recover' });
-  await api.post('/domains', { name: 'flaky.example' });
   receiver.on('/f', (count) => (count === 1 ? { status: 503 } : { status: 204 }));
-  await api.post('/routes', {
-    domain: 'flaky.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/f'),
-  });
+  await routeTo({ api, receiver }, 'flaky.example', '/f');
   const sent = await sendRaw(
     service.smtpPort,
     { from: 's@outside.example', to: ['a@flaky.example'] },
@@ -95,14 +90,9 @@ test('replay: a message in dlq is retried on request and delivered; other states
     label: 'replay',
     env: { RETRY_DELAYS: '100ms' },
   });
-  await api.post('/domains', { name: 'replay.example' });
   let healthy = false;
   receiver.on('/r', () => (healthy ? { status: 200 } : { status: 500 }));
-  await api.post('/routes', {
-    domain: 'replay.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/r'),
-  });
+  await routeTo({ api, receiver }, 'replay.example', '/r');
   const sent = await sendRaw(
     service.smtpPort,
     { from: 's@outside.example', to: ['a@replay.example'] },

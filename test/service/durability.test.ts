@@ -8,7 +8,7 @@ import { startLocalServer } from '../../src/store/local-server.ts';
 import { claimMessage } from '../../src/store/messages.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
-import { databaseFor, FAST, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { startService } from '../_support/service.ts';
 import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
@@ -22,14 +22,9 @@ test.serial(
       label: 'killworker',
       env: { WEBHOOK_TIMEOUT: '30s' },
     });
-    await api.post('/domains', { name: 'kill.example' });
     // the first POST never gets an answer: the worker is killed while it waits
     receiver.on('/k', (count) => (count === 1 ? 'hang' : { status: 200 }));
-    await api.post('/routes', {
-      domain: 'kill.example',
-      recipient_pattern: '*',
-      webhook_url: receiver.url('/k'),
-    });
+    await routeTo({ api, receiver }, 'kill.example', '/k');
     const sent = await sendRaw(
       service.smtpPort,
       { from: 's@outside.example', to: ['a@kill.example'] },
@@ -90,7 +85,6 @@ test.serial('two instances on one database: every message delivered once, none s
   const b = await startService({ env: { ...FAST, MONGODB_URI: uri } });
   t.teardown(() => b.stop('SIGKILL'));
   const api = new ApiClient(a.baseUrl, undefined, t);
-  await api.post('/domains', { name: 'two.example' });
   // the first attempt of every third message fails, so its retry is claimed by whichever instance
   // polls first
   const seen = new Set<string>();
@@ -101,11 +95,7 @@ test.serial('two instances on one database: every message delivered once, none s
     const n = Number(JSON.parse(request.body.toString()).subject);
     return first && n % 3 === 0 ? { status: 500 } : { status: 200 };
   });
-  await api.post('/routes', {
-    domain: 'two.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/two'),
-  });
+  await routeTo({ api, receiver }, 'two.example', '/two');
 
   const ids: string[] = [];
   for (let i = 0; i < 30; i++) {

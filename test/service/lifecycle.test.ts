@@ -5,17 +5,12 @@ import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
 import nodemailer from 'nodemailer';
-import { startPipeline, waitForState } from '../_support/pipeline.ts';
+import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
 
 test('a message that is not MIME at all goes to dlq with the reason, and no webhook is called', async (t) => {
   const { service, api, receiver } = await startPipeline(t, { label: 'unparseable' });
-  await api.post('/domains', { name: 'junk.example' });
-  await api.post('/routes', {
-    domain: 'junk.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/j'),
-  });
+  await routeTo({ api, receiver }, 'junk.example', '/j');
   const sent = await sendRaw(
     service.smtpPort,
     { from: 's@outside.example', to: ['a@junk.example'] },
@@ -60,12 +55,7 @@ test('STARTTLS is offered with SMTP_TLS_CERT and SMTP_TLS_KEY, and mail is accep
     label: 'tls',
     env: { SMTP_TLS_CERT: cert, SMTP_TLS_KEY: key },
   });
-  await api.post('/domains', { name: 'tls.example' });
-  await api.post('/routes', {
-    domain: 'tls.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/t'),
-  });
+  await routeTo({ api, receiver }, 'tls.example', '/t');
 
   const { dialog } = await SmtpDialog.open(service.smtpPort);
   t.regex(await dialog.send('EHLO client.example'), /STARTTLS/);
@@ -89,12 +79,7 @@ test('STARTTLS is offered with SMTP_TLS_CERT and SMTP_TLS_KEY, and mail is accep
 
 test('SIGTERM: a session in progress finishes and is acknowledged, new connections are refused, exit 0', async (t) => {
   const { service, api, receiver } = await startPipeline(t, { label: 'shutdown' });
-  await api.post('/domains', { name: 'bye.example' });
-  await api.post('/routes', {
-    domain: 'bye.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/b'),
-  });
+  await routeTo({ api, receiver }, 'bye.example', '/b');
   const { dialog } = await SmtpDialog.open(service.smtpPort);
   t.teardown(() => dialog.close());
   await dialog.send('EHLO client.example');

@@ -2,7 +2,7 @@
 // signatures (verified here independently), the lifecycle as the API shows it.
 import { createHmac } from 'node:crypto';
 import test from 'ava';
-import { type MessageDetail, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { type MessageDetail, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 
 const BINARY = Buffer.from(Array.from({ length: 1024 }, (_, i) => i % 256));
@@ -120,12 +120,7 @@ test('a multipart message is delivered with every payload field, signed, and its
 
 test('a route without a secret sends no signature headers but the Standard Webhooks id and timestamp', async (t) => {
   const { service, api, receiver } = await startPipeline(t, { label: 'nosecret' });
-  await api.post('/domains', { name: 'plain.example' });
-  await api.post('/routes', {
-    domain: 'plain.example',
-    recipient_pattern: '*',
-    webhook_url: receiver.url('/in'),
-  });
+  await routeTo({ api, receiver }, 'plain.example', '/in');
   const sent = await sendRaw(
     service.smtpPort,
     { from: 'a@b.example', to: ['x@plain.example'] },

@@ -1,6 +1,6 @@
 // Routing end to end: each pattern kind, the precedence between them, one delivery per route.
 import test from 'ava';
-import { startPipeline, waitForState } from '../_support/pipeline.ts';
+import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 
 const MESSAGE = 'From: sender@outside.example\r\nSubject: routing\r\n\r\nbody\r\n';
@@ -59,12 +59,7 @@ test('each recipient goes to the route that wins by precedence; several routes g
 
 test('recipients on two routes give two deliveries; two recipients on one route give one', async (t) => {
   const { service, api, receiver } = await startPipeline(t, { label: 'multi' });
-  await api.post('/domains', { name: 'multi.example' });
-  await api.post('/routes', {
-    domain: 'multi.example',
-    recipient_pattern: 'sales',
-    webhook_url: receiver.url('/sales'),
-  });
+  await routeTo({ api, receiver }, 'multi.example', '/sales', 'sales');
   await api.post('/routes', {
     domain: 'multi.example',
     recipient_pattern: 'support-*',

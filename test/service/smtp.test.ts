@@ -125,3 +125,23 @@ for (const [name, ending] of SMUGGLING_ENDINGS) {
     t.true(after.length - before <= 1);
   });
 }
+
+test('a session that outlives the session limit is closed with 421 4.4.2, however active', async (t) => {
+  // the sweep itself runs on a short limit here; the service's own limit is SESSION_LIMIT_MS
+  const { SMTPServer } = await import('smtp-server');
+  const { enforceSessionLimit } = await import('../../src/smtp/server.ts');
+  const server = new SMTPServer({ authOptional: true, disableReverseLookup: true, logger: false });
+  enforceSessionLimit(server, 300);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const port = (server.server.address() as import('node:net').AddressInfo).port;
+  const { dialog } = await SmtpDialog.open(port);
+  t.teardown(() => dialog.close());
+  // keep the session busy, well within the idle timeout, until it is cut
+  let reply = '';
+  for (let i = 0; i < 40 && !reply.startsWith('421'); i++) {
+    reply = await dialog.send('NOOP');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  t.regex(reply, /^421 4\.4\.2 Session time limit/);
+});
