@@ -1,11 +1,14 @@
 // Owns the parse worker thread's entry point (piscina): parse one message and hand the JSON bodies
 // back by transferring their ArrayBuffers, so a large payload crosses threads without a copy.
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import type { ParseInput, ParseOutput } from '../src/parse/payload.ts';
+import type { ParseOutput } from '../src/parse/payload.ts';
 import { parseMessage } from '../src/parse/payload.ts';
+import type { ThreadInput } from '../src/parse/pool.ts';
 
-export default async function parseThread(input: ParseInput): Promise<ParseOutput> {
-  const output = await parseMessage(input);
+export default async function parseThread(input: ThreadInput): Promise<ParseOutput> {
+  // the chunks the message arrived in, joined here rather than on the event loop
+  const raw = input.raw.length === 1 ? input.raw[0]! : Buffer.concat(input.raw);
+  const output = await parseMessage({ ...input, raw });
   if (!output.ok) return output;
   // piscina posts what is under valueSymbol and transfers every buffer listed under
   // transferableSymbol. Each body owns its ArrayBuffer exactly (see payload.ts), so nothing else is

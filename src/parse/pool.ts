@@ -13,6 +13,11 @@ export interface ParsePoolOptions {
   maxMessageBytes?: number;
 }
 
+/** What parse() takes: the raw message whole, or as the chunks it arrived in. */
+export type PoolInput = Omit<ParseInput, 'raw'> & { raw: Uint8Array | readonly Uint8Array[] };
+/** What crosses into the thread: always chunks (see workers/parse-thread.ts). */
+export type ThreadInput = Omit<ParseInput, 'raw'> & { raw: Uint8Array[] };
+
 export type PoolParseOutput =
   | ParseOutput
   | { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
@@ -37,7 +42,7 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 ]);
 
 export class ParsePool {
-  #pool: Piscina<ParseInput, ParseOutput>;
+  #pool: Piscina<ThreadInput, ParseOutput>;
   #closed: Promise<void> | null = null;
 
   constructor(options: ParsePoolOptions) {
@@ -47,7 +52,7 @@ export class ParsePool {
       'maxMessageBytes',
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
-    this.#pool = new Piscina<ParseInput, ParseOutput>({
+    this.#pool = new Piscina<ThreadInput, ParseOutput>({
       filename: WORKER_URL,
       minThreads: threads,
       maxThreads: threads,
@@ -69,12 +74,16 @@ export class ParsePool {
    * Buffer#slice would share memory), so the message never drags along the rest of a larger buffer.
    * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
    */
-  async parse(input: ParseInput): Promise<PoolParseOutput> {
+  async parse(input: PoolInput): Promise<PoolParseOutput> {
     if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
-    const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
-    const task: ParseInput = { ...input, raw };
+    // the message as received, in the chunks it arrived in: the thread joins them, so the event
+    // loop never holds a second whole copy
+    const chunks = (Array.isArray(input.raw) ? input.raw : [input.raw]).map((chunk) =>
+      ownsWholeBuffer(chunk) ? chunk : new Uint8Array(chunk),
+    );
+    const task: ThreadInput = { ...input, raw: chunks };
     try {
-      return await this.#pool.run(task, { transferList: [raw.buffer] });
+      return await this.#pool.run(task, { transferList: chunks.map((chunk) => chunk.buffer) });
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // queued tasks that close() abandons end here too: the pool went away, the message did not fail

@@ -17,7 +17,7 @@ import type { RouteDirectory } from '../route/directory.ts';
 import { newId } from '../store/ids.ts';
 import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
-import { deleteRaw, storeRaw } from '../store/raw.ts';
+import { openRawUpload, type RawUpload } from '../store/raw.ts';
 import { useOwnEnhancedCodes } from './replies.ts';
 
 export const MAX_RECIPIENTS = 100;
@@ -59,12 +59,17 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
     : undefined;
 
-  async function accept(raw: Buffer, session: SMTPServerSession): Promise<MessageDoc> {
-    const id = newId('m');
+  /** Writes the message record once its bytes are in GridFS: after this, the 250. */
+  async function record(
+    id: string,
+    upload: RawUpload,
+    bytes: number,
+    session: SMTPServerSession,
+  ): Promise<MessageDoc> {
+    const rawId = await upload.finish();
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-    const rawId = await storeRaw(store, id, raw);
     const doc: MessageDoc = {
       _id: id,
       message_id: '',
@@ -75,7 +80,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       state: 'queued',
       envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
       domains: [...new Set(rcptTo.map(domainOf))],
-      size: raw.byteLength,
+      size: bytes,
       raw_id: rawId,
       // stored, then placed in this process's queue: both states hold once the insert is durable
       history: [
@@ -89,12 +94,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       lease_owner: actors.owner,
       due_at: new Date(receivedAt.getTime() + config.leaseTime),
     };
-    try {
-      await insertAcceptedMessage(store, doc);
-    } catch (err) {
-      await deleteRaw(store, rawId);
-      throw err;
-    }
+    await insertAcceptedMessage(store, doc);
     return doc;
   }
 
@@ -135,6 +135,9 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     },
 
     onData(stream: SMTPServerDataStream, session, callback) {
+      const id = newId('m');
+      const upload = openRawUpload(store, id);
+      // the chunks as received: kept once, handed to the parse thread as they are
       const chunks: Buffer[] = [];
       let bytes = 0;
       stream.on('data', (chunk: Buffer) => {
@@ -142,22 +145,29 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         if (stream.sizeExceeded) return;
         chunks.push(chunk);
         bytes += chunk.length;
+        if (!upload.write(chunk)) {
+          // the database is behind: stop reading from the client until it catches up
+          stream.pause();
+          void upload.drained().then(() => stream.resume());
+        }
       });
       stream.once('end', () => {
-        if (stream.sizeExceeded) return callback(smtpError('message_too_big'));
-        const raw = Buffer.concat(chunks, bytes);
-        chunks.length = 0;
-        withDeadline(accept(raw, session), STORE_DEADLINE_MS, 'storing the message').then(
+        if (stream.sizeExceeded) {
+          void upload.abort();
+          return callback(smtpError('message_too_big'));
+        }
+        withDeadline(record(id, upload, bytes, session), STORE_DEADLINE_MS, 'storing the message').then(
           (doc) => {
             log.info(
-              { event: EVENTS.smtpAccepted, message: doc._id, size: bytes, recipients: doc.to.length },
+              { event: EVENTS.smtpAccepted, message: id, size: bytes, recipients: doc.to.length },
               'accepted',
             );
-            callback(null, `OK: queued as ${doc._id}`);
-            actors.adopt(doc, raw);
+            callback(null, `OK: queued as ${id}`);
+            actors.adopt(doc, chunks);
           },
           (err: unknown) => {
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
+            void upload.abort();
             callback(smtpError('storage_unavailable'));
           },
         );

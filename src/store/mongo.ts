@@ -56,7 +56,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     routes: database.collection<RouteDoc>('routes'),
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
-    raw: new GridFSBucket(database, { bucketName: 'raw' }),
+    raw: new GridFSBucket(database, { bucketName: 'raw', writeConcern: DURABLE }),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });
