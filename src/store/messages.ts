@@ -1,9 +1,10 @@
 // The messages collection: one document per accepted message, with its lifecycle history, its
 // delivery attempts and its deliveries (one per matched route). The raw bytes live in GridFS.
 import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
+import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
 import { isDuplicateKey } from './ids.ts';
-import { DURABLE, type Store } from './mongo.ts';
+import { DURABLE, isDatabaseUnavailable, type Store } from './mongo.ts';
 
 export interface HistoryEntry {
   state: MessageState;
@@ -93,9 +94,32 @@ export function getMessage(store: Store, id: string): Promise<MessageDoc | null>
   return store.messages.findOne({ _id: id });
 }
 
-/** Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. */
+/**
+ * Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. A
+ * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
+ * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
+ */
 export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Promise<void> {
-  await store.messages.insertOne(doc, { writeConcern: DURABLE });
+  await pRetry(
+    async () => {
+      try {
+        await store.messages.insertOne(doc, { writeConcern: DURABLE });
+      } catch (err) {
+        if (
+          isDuplicateKey(err) &&
+          (await store.messages.countDocuments({ _id: doc._id, raw_id: doc.raw_id })) === 1
+        )
+          return;
+        throw err;
+      }
+    },
+    {
+      retries: 2,
+      minTimeout: 100,
+      maxTimeout: 500,
+      shouldRetry: ({ error }) => isDatabaseUnavailable(error),
+    },
+  );
 }
 
 /** Who holds a message and at which version: every write by the owner is fenced by it. */
