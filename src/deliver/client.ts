@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Agent } from 'undici';
 import { type AttemptOutcome, classifyError, classifyStatus } from './classify.ts';
+import { DENIED_MESSAGE, guardedLookup, isDeniedAddress } from './destination-guard.ts';
 
 /** Defaults for {@link WebhookClientOptions}. */
 export const WEBHOOK_CLIENT_DEFAULTS = Object.freeze({
@@ -23,6 +24,8 @@ export interface WebhookClientOptions {
   maxResponseBytes?: number;
   /** Keep-alive connections per origin; default 64. */
   connectionsPerOrigin?: number;
+  /** Refuse loopback, private and link-local destinations, checked on the resolved address; default false. */
+  denyPrivate?: boolean;
 }
 
 export interface AttemptResult {
@@ -35,6 +38,7 @@ export class WebhookClient {
   readonly #timeoutMs: number;
   readonly #maxResponseBytes: number;
   readonly #agent: Agent;
+  readonly #denyPrivate: boolean;
   #closing: Promise<void> | undefined;
 
   /** @throws RangeError on a non-positive timeout or connection count, or a negative byte limit. */
@@ -53,7 +57,10 @@ export class WebhookClient {
     }
     this.#timeoutMs = timeoutMs;
     this.#maxResponseBytes = maxResponseBytes;
+    this.#denyPrivate = options.denyPrivate ?? false;
     this.#agent = new Agent({
+      // the socket's own name resolution refuses denied addresses: no rebinding window
+      ...(this.#denyPrivate ? { connect: { lookup: guardedLookup } } : {}),
       connections,
       // Never pipeline POSTs: a slow endpoint would stall unrelated deliveries queued behind it.
       pipelining: 1,
@@ -85,6 +92,10 @@ export class WebhookClient {
     }
     if (this.#closing !== undefined) {
       return done(refused('client closed'));
+    }
+    // an IP literal is connected to without a lookup, so it is checked here
+    if (this.#denyPrivate && isDeniedAddress(target.hostname.replace(/^\[|\]$/g, ''))) {
+      return done(refused(DENIED_MESSAGE));
     }
 
     const deadline = new AbortController();

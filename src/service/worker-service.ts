@@ -44,7 +44,10 @@ export async function startWorkerService({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
   });
-  const client = new WebhookClient({ timeoutMs: config.webhookTimeout });
+  const client = new WebhookClient({
+    timeoutMs: config.webhookTimeout,
+    denyPrivate: config.webhookDenyPrivate,
+  });
   const actors = new ActorSystem({
     store,
     pool,

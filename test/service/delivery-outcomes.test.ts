@@ -121,3 +121,19 @@ test('replay: a message in dlq is retried on request and delivered; other states
   const missing = await api.post<{ error: string }>('/messages/m-0000000000000000000000/retry');
   t.is(missing.status, 404);
 });
+
+test('WEBHOOK_DENY_PRIVATE=true: a route to a loopback receiver is never reached and ends in dlq', async (t) => {
+  const { service, api, receiver } = await startPipeline(t, {
+    label: 'deny',
+    env: { WEBHOOK_DENY_PRIVATE: 'true' },
+  });
+  await routeTo({ api, receiver }, 'deny.example', '/d');
+  const sent = await sendRaw(
+    service.smtpPort,
+    { from: 's@outside.example', to: ['a@deny.example'] },
+    MESSAGE,
+  );
+  const message = await waitForState(api, acceptedId(sent), ['dlq']);
+  t.is(receiver.requests.length, 0);
+  t.regex(message.attempts[0]!.error ?? '', /private or loopback/);
+});
