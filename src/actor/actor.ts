@@ -15,7 +15,12 @@ import { writeAsOwner } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { readRaw } from '../store/raw.ts';
 import { aggregateState, type MessageEvent, type MessageState, transition } from './machine.ts';
-import { afterFailure, MAX_PARSE_FAILURES, parseRetryDelayMs } from './retry-policy.ts';
+import {
+  afterFailure,
+  MAX_CLAIMS_WHILE_QUEUED,
+  MAX_PARSE_FAILURES,
+  parseRetryDelayMs,
+} from './retry-policy.ts';
 
 export interface ActorDeps {
   store: Store;
@@ -79,6 +84,21 @@ export class MessageActor {
   async run(raw?: readonly Uint8Array[]): Promise<void> {
     try {
       let bodies: Map<string, DeliveryBody> | undefined;
+      if (this.doc.state === 'queued' && (this.doc.claims ?? 0) >= MAX_CLAIMS_WHILE_QUEUED) {
+        await this.persist({
+          set: { state: next('queued', 'parse_failed'), error: 'processing crashed repeatedly' },
+          unset: ['due_at', 'lease_owner'],
+          history: [
+            {
+              state: 'dlq',
+              at: new Date(),
+              detail: `taken over ${this.doc.claims} times before it could be parsed`,
+            },
+          ],
+        });
+        this.log.error({ event: EVENTS.deliveryDeadLettered, reason: 'poison' }, 'message crashes its owner');
+        return;
+      }
       if (this.doc.state === 'queued') {
         bodies = await this.parseAndRoute(raw);
         if (!bodies) return;
@@ -106,7 +126,7 @@ export class MessageActor {
   async replay(): Promise<void> {
     const at = new Date();
     await this.persist({
-      set: { state: next(this.doc.state, 'replay'), parse_failures: 0 },
+      set: { state: next(this.doc.state, 'replay'), parse_failures: 0, claims: 0 },
       history: [{ state: 'queued', at, detail: 'replay requested' }],
     });
   }

@@ -20,3 +20,6 @@ export function parseRetryDelayMs(failures: number): number {
 
 /** A message whose parse crashes the pool this many times is dead-lettered, not retried forever. */
 export const MAX_PARSE_FAILURES = 3;
+
+/** A message still unparsed after this many takeovers is taken to crash its owner: dead-lettered. */
+export const MAX_CLAIMS_WHILE_QUEUED = 5;

@@ -61,6 +61,9 @@ export interface MessageDoc {
   error?: string;
   /** parse-pool failures (a crashed thread, a full queue); past a bound the message is dead-lettered */
   parse_failures?: number;
+  /** takeovers since acceptance or the last replay. Still queued after several means its processing
+   * kills the process that tries it: it is dead-lettered rather than crash every process in turn */
+  claims?: number;
 }
 
 export interface LeaseDoc {
@@ -182,7 +185,10 @@ export async function claimMessage(
   return (
     (await store.messages.findOneAndUpdate(
       { _id: id, lease_epoch: currentEpoch },
-      { $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt }, $inc: { version: 1 } },
+      {
+        $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt },
+        $inc: { version: 1, claims: 1 },
+      },
       { returnDocument: 'after' },
     )) ?? undefined
   );

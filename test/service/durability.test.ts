@@ -4,8 +4,11 @@ import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
+import type { ObjectId } from 'mongodb';
+import { newId } from '../../src/store/ids.ts';
 import { startLocalServer } from '../../src/store/local-server.ts';
 import { claimMessage } from '../../src/store/messages.ts';
+import { openStore } from '../../src/store/mongo.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -169,5 +172,48 @@ test.serial(
     const health = await fetch(`${service.baseUrl}/health`);
     t.is(health.status, 503);
     t.is(((await health.json()) as { status: string }).status, 'unavailable');
+  },
+);
+
+test.serial(
+  'a message taken over again and again while still unparsed is dead-lettered, not retried forever',
+  async (t) => {
+    const { api, receiver, uri } = await startPipeline(t, { label: 'poison' });
+    await routeTo({ api, receiver }, 'poison.example', '/p');
+    // As a message whose parsing killed its owner five times looks: queued, lease expired, claims 5.
+    const store = await openStore({ uri, ensureIndexes: false });
+    t.teardown(() => store.close());
+    const id = newId('m');
+    const rawId = await new Promise<ObjectId>((resolve, reject) => {
+      const upload = store.raw.openUploadStream(id);
+      upload.once('finish', () => resolve(upload.id as ObjectId));
+      upload.once('error', reject);
+      upload.end(Buffer.from(MESSAGE));
+    });
+    const now = new Date();
+    await store.messages.insertOne({
+      _id: id,
+      message_id: '',
+      from: 's@outside.example',
+      to: ['a@poison.example'],
+      subject: '',
+      received_at: now,
+      state: 'queued',
+      envelope: { mail_from: 's@outside.example', rcpt_to: ['a@poison.example'] },
+      domains: ['poison.example'],
+      size: MESSAGE.length,
+      raw_id: rawId,
+      history: [{ state: 'accepted', at: now }],
+      attempts: [],
+      deliveries: [],
+      version: 7,
+      lease_epoch: 6,
+      lease_owner: 'a-process-that-died',
+      due_at: new Date(now.getTime() - 1000),
+      claims: 4,
+    });
+    const message = await waitForState(api, id, ['dlq']);
+    t.regex(message.history.at(-1)!.detail ?? '', /taken over 5 times/);
+    t.is(receiver.requests.length, 0);
   },
 );
