@@ -6,7 +6,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Config } from '../config/schema.ts';
 import type { Logger } from '../log/logger.ts';
 import type { Store } from '../store/mongo.ts';
-import { apiKeyHook } from './auth.ts';
+import { apiKeyHook, FailedAuthLimiter, type FailureLimit } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
@@ -21,6 +21,8 @@ export interface AppDeps {
   logger: Logger;
   /** what GET /openapi.yaml serves; default: the repository's openapi.yaml */
   openapiText?: string;
+  /** failed authentications allowed per client address; default 20 a minute */
+  authFailureLimit?: FailureLimit;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
 }
@@ -44,7 +46,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
-  const hook = apiKeyHook(deps.config.apiKey);
+  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit));
   if (hook) app.addHook('onRequest', hook);
 
   const openapiText = deps.openapiText ?? readFileSync(OPENAPI_PATH, 'utf8');

@@ -21,14 +21,64 @@ export function isPublic(request: FastifyRequest): boolean {
   return PUBLIC_PATHS.has(path);
 }
 
+export interface FailureLimit {
+  /** failed attempts allowed per client address within the window; default 20 */
+  max: number;
+  /** ms; default 60000 */
+  windowMs: number;
+}
+
+export const DEFAULT_FAILURE_LIMIT: FailureLimit = Object.freeze({ max: 20, windowMs: 60_000 });
+/** Addresses tracked at once; the oldest is forgotten first, so memory stays bounded under a flood. */
+const MAX_TRACKED_ADDRESSES = 10_000;
+
+/**
+ * Counts failed authentications per client address. Past the limit every request from that
+ * address is 429 until the window ends, whatever key it carries: letting a right guess through
+ * would tell a guesser when it has won.
+ */
+export class FailedAuthLimiter {
+  private readonly limit: FailureLimit;
+  private readonly windows = new Map<string, { start: number; failures: number }>();
+
+  constructor(limit: FailureLimit = DEFAULT_FAILURE_LIMIT) {
+    this.limit = limit;
+  }
+
+  /** Seconds until the address may try again, or 0 when it may try now. */
+  blockedFor(address: string, now = Date.now()): number {
+    const window = this.windows.get(address);
+    if (!window || now - window.start >= this.limit.windowMs) return 0;
+    if (window.failures < this.limit.max) return 0;
+    return Math.ceil((window.start + this.limit.windowMs - now) / 1000);
+  }
+
+  recordFailure(address: string, now = Date.now()): void {
+    const window = this.windows.get(address);
+    if (window && now - window.start < this.limit.windowMs) {
+      window.failures++;
+      return;
+    }
+    this.windows.delete(address);
+    if (this.windows.size >= MAX_TRACKED_ADDRESSES) this.windows.delete(this.windows.keys().next().value!);
+    this.windows.set(address, { start: now, failures: 1 });
+  }
+}
+
 /** An onRequest hook, or undefined when no key is configured (the API is open). */
-export function apiKeyHook(apiKey: string) {
+export function apiKeyHook(apiKey: string, limiter = new FailedAuthLimiter()) {
   if (!apiKey) return undefined;
   const expected = digest(apiKey);
-  return async (request: FastifyRequest, _reply: FastifyReply) => {
+  return async (request: FastifyRequest, reply: FastifyReply) => {
     if (isPublic(request)) return;
+    const wait = limiter.blockedFor(request.ip);
+    if (wait > 0) {
+      reply.header('retry-after', String(wait));
+      throw new ServiceError('too_many_requests', `too many failed authentications; try again in ${wait} s`);
+    }
     const presented = request.headers['x-api-key'];
     if (typeof presented !== 'string' || !keysMatch(expected, presented)) {
+      limiter.recordFailure(request.ip);
       throw new ServiceError('unauthorized', 'missing or invalid X-API-Key header');
     }
   };

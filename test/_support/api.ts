@@ -2,6 +2,7 @@
 // database of its own.
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.ts';
+import type { FailureLimit } from '../../src/api/auth.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { openTestDatabase } from './db.ts';
@@ -15,12 +16,15 @@ export interface RunningApi {
   close(): Promise<void>;
 }
 
-export async function startApi(options: { apiKey?: string; label?: string } = {}): Promise<RunningApi> {
+export async function startApi(
+  options: { apiKey?: string; label?: string; authFailureLimit?: FailureLimit } = {},
+): Promise<RunningApi> {
   const { store } = await openTestDatabase(options.label);
   const app = await buildApp({
     store,
     config: { apiKey: options.apiKey ?? '' },
     logger: createLogger('silent'),
+    ...(options.authFailureLimit ? { authFailureLimit: options.authFailureLimit } : {}),
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();

@@ -7,7 +7,12 @@ let api: RunningApi;
 let open: RunningApi;
 
 test.before(async () => {
-  api = await startApi({ apiKey: KEY, label: 'auth' });
+  // this file makes many failed attempts on purpose: the failure limit has its own test below
+  api = await startApi({
+    apiKey: KEY,
+    label: 'auth',
+    authFailureLimit: { max: 1_000_000, windowMs: 60_000 },
+  });
   open = await startApi({ apiKey: '', label: 'authopen' });
 });
 test.after.always(async () => {
@@ -90,4 +95,19 @@ test('with an empty key configured, no endpoint requires authentication', async 
   const res = await open.client.for(t).post('/domains', { name: 'open.example' }, { apiKey: '' });
   t.is(res.status, 201);
   t.is((await open.client.for(t).get('/messages', { apiKey: 'anything' })).status, 200);
+});
+
+test('after 20 failed authentications in a minute an address gets 429 with Retry-After, even with the right key', async (t) => {
+  const limited = await startApi({ apiKey: KEY, label: 'authlimit' });
+  t.teardown(() => limited.close());
+  for (let i = 0; i < 20; i++) {
+    t.is((await limited.client.get('/domains', { apiKey: `guess-${i}` })).status, 401);
+  }
+  const blocked = await limited.client.for(t).get<{ error: string }>('/domains', { apiKey: 'guess-20' });
+  t.is(blocked.status, 429);
+  t.is(blocked.body.error, 'too_many_requests');
+  t.true(Number(blocked.headers.get('retry-after')) > 0);
+  t.is((await limited.client.for(t).get('/domains', { apiKey: KEY })).status, 429);
+  // the public endpoints stay open
+  t.is((await limited.client.for(t).get('/health')).status, 200);
 });
