@@ -10,6 +10,7 @@ import {
   type SMTPServerSession,
 } from 'smtp-server';
 import type { ActorSystem } from '../actor/system.ts';
+import type { Config } from '../config/schema.ts';
 import { smtpError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
@@ -23,16 +24,20 @@ import { useOwnEnhancedCodes } from './replies.ts';
 export const MAX_RECIPIENTS = 100;
 /** How long storing one message may take before the sender is told to try again (451). */
 export const STORE_DEADLINE_MS = 20_000;
-/** Inactivity allowed before a client is disconnected (RFC 5321 suggests minutes per command). */
-export const IDLE_TIMEOUT_MS = 60_000;
 /** How long sessions in progress may go on after shutdown begins before they are closed with 421. */
 export const CLOSE_TIMEOUT_MS = 10_000;
-export const MAX_CLIENTS = 1000;
-/** The longest a whole session may last, however active: a slow-drip client cannot hold it forever. */
-export const SESSION_LIMIT_MS = 10 * 60_000;
 
 export interface SmtpDeps {
-  config: { maxMessageSize: number; smtpTlsCert: string; smtpTlsKey: string; leaseTime: number };
+  config: Pick<
+    Config,
+    | 'maxMessageSize'
+    | 'smtpTlsCert'
+    | 'smtpTlsKey'
+    | 'leaseTime'
+    | 'smtpMaxConnections'
+    | 'smtpIdleTimeout'
+    | 'smtpSessionLimit'
+  >;
   store: Store;
   directory: RouteDirectory;
   actors: ActorSystem;
@@ -110,8 +115,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     disableReverseLookup: true,
     authOptional: true,
     disabledCommands: tls ? ['AUTH'] : ['AUTH', 'STARTTLS'],
-    maxClients: MAX_CLIENTS,
-    socketTimeout: IDLE_TIMEOUT_MS,
+    maxClients: config.smtpMaxConnections,
+    socketTimeout: config.smtpIdleTimeout,
     closeTimeout: CLOSE_TIMEOUT_MS,
     logger: false,
     ...(tls ?? {}),
@@ -175,7 +180,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     },
   };
   const server = new SMTPServer(options);
-  enforceSessionLimit(server, SESSION_LIMIT_MS);
+  // the idle timeout alone lets a slow-drip client hold a session forever
+  enforceSessionLimit(server, config.smtpSessionLimit);
   return server;
 }
 

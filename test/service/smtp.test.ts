@@ -127,7 +127,7 @@ for (const [name, ending] of SMUGGLING_ENDINGS) {
 }
 
 test('a session that outlives the session limit is closed with 421 4.4.2, however active', async (t) => {
-  // the sweep itself runs on a short limit here; the service's own limit is SESSION_LIMIT_MS
+  // the sweep on a bare smtp-server with a short limit; the service's own is SMTP_SESSION_LIMIT
   const { SMTPServer } = await import('smtp-server');
   const { enforceSessionLimit } = await import('../../src/smtp/server.ts');
   const server = new SMTPServer({ authOptional: true, disableReverseLookup: true, logger: false });
