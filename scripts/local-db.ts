@@ -9,7 +9,12 @@ import { startLocalServer } from '../src/store/local-server.ts';
 
 const { values } = parseArgs({ options: { 'data-dir': { type: 'string' }, port: { type: 'string' } } });
 const dataDir = values['data-dir'] ?? mkdtempSync(path.join(os.tmpdir(), 'mailroute-db-'));
-const server = await startLocalServer({ dataDir, port: Number(values.port ?? 0), buildFerretDb: true });
+const server = await startLocalServer({
+  dataDir,
+  port: Number(values.port ?? 0),
+  buildFerretDb: true,
+  ferretBackend: 'auto',
+});
 process.stdout.write(`${server.uri}\n`);
 const keepAlive = setInterval(() => {}, 60_000);
 const stop = async () => {

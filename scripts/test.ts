@@ -14,7 +14,7 @@ let dataDir: string | undefined;
 
 if (!process.env.MONGODB_URI) {
   dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-test-db-'));
-  server = await startLocalServer({ dataDir });
+  server = await startLocalServer({ dataDir, ferretBackend: 'auto' });
   process.env.MONGODB_URI = server.uri;
   process.stdout.write(`test database: ${server.kind} at ${server.uri}\n`);
 }

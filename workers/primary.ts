@@ -12,7 +12,6 @@ import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts'
 
 const SHUTDOWN_DEADLINE_MS = 30_000;
 const MAX_RESTART_DELAY_MS = 10_000;
-const STABLE_AFTER_MS = 30_000;
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'primary' });
@@ -61,14 +60,15 @@ cluster.setupPrimary({
 let stopping = false;
 let restarts = 0;
 const ready = new Set<number>();
+const served = new Set<number>();
 let announced = false;
 
 function fork(): Worker {
-  const startedAt = Date.now();
   const worker = cluster.fork({ MONGODB_URI: database.uri });
   worker.on('message', (message: { type?: string; httpPort?: number; smtpPort?: number }) => {
     if (message?.type !== 'ready') return;
     ready.add(worker.id);
+    served.add(worker.id);
     if (!announced && ready.size >= config.workers) {
       announced = true;
       lifecycleLog.info(
@@ -85,7 +85,10 @@ function fork(): Worker {
   worker.on('exit', (code, signal) => {
     ready.delete(worker.id);
     if (stopping) return;
-    if (Date.now() - startedAt > STABLE_AFTER_MS) restarts = 0;
+    // backoff is for a worker that cannot start (a crash loop); one that served and then died is
+    // replaced at once, so killing workers never leaves the port without one for long
+    if (served.has(worker.id)) restarts = 0;
+    served.delete(worker.id);
     const delay = Math.min(100 * 2 ** restarts, MAX_RESTART_DELAY_MS);
     restarts++;
     logger.warn(

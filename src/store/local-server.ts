@@ -22,6 +22,37 @@ export interface LocalServerOptions {
   port?: number;
   /** when neither mongod nor ferretdb is installed but Go is, build FerretDB first (about a minute) */
   buildFerretDb?: boolean;
+  /**
+   * FerretDB's storage: 'sqlite' (files under dataDir) or 'auto', which uses a throwaway database on
+   * the PostgreSQL at FERRETDB_POSTGRESQL_URL or 127.0.0.1:5432 when one answers (SQLite answers
+   * SQLITE_BUSY under concurrent writers), else SQLite. Default 'sqlite'.
+   */
+  ferretBackend?: 'sqlite' | 'auto';
+}
+
+/** A PostgreSQL database of our own for FerretDB, or undefined when there is no PostgreSQL to use. */
+function createPostgresDatabase(): { url: string; drop(): void } | undefined {
+  const base = process.env.FERRETDB_POSTGRESQL_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+  if (!findExecutable('psql')) return undefined;
+  const name = `ferretdb_${process.pid}_${Date.now().toString(36)}`;
+  const psql = (sql: string) =>
+    spawnSync('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qtAc', sql], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      timeout: 10_000,
+    });
+  if (psql(`CREATE DATABASE ${name}`).status !== 0) return undefined;
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  let dropped = false;
+  const drop = () => {
+    if (dropped) return;
+    dropped = true;
+    process.off('exit', drop);
+    psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  };
+  // a throwaway database goes with our process, however it ends short of SIGKILL
+  process.once('exit', drop);
+  return { url: url.href, drop };
 }
 
 const INSTALL_FERRETDB = fileURLToPath(new URL('../../scripts/install-ferretdb.sh', import.meta.url));
@@ -145,12 +176,15 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
   if (ferretdb) {
     const dir = path.join(dataDir, 'ferretdb');
     mkdirSync(dir, { recursive: true });
-    return startProcess(
+    const postgres = options.ferretBackend === 'auto' ? createPostgresDatabase() : undefined;
+    const storage = postgres
+      ? ['--handler=postgresql', `--postgresql-url=${postgres.url}`]
+      : ['--handler=sqlite', `--sqlite-url=file:${dir}/`];
+    const server = await startProcess(
       'ferretdb',
       ferretdb,
       [
-        '--handler=sqlite',
-        `--sqlite-url=file:${dir}/`,
+        ...storage,
         `--listen-addr=127.0.0.1:${port}`,
         '--debug-addr=127.0.0.1:0',
         `--state-dir=${dir}`,
@@ -159,6 +193,14 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       ],
       port,
     );
+    if (!postgres) return server;
+    return {
+      ...server,
+      async stop() {
+        await server.stop();
+        postgres.drop();
+      },
+    };
   }
 
   try {

@@ -4,7 +4,7 @@ import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
 import { isDuplicateKey } from './ids.ts';
-import { DURABLE, isDatabaseUnavailable, type Store } from './mongo.ts';
+import { DURABLE, isTransient, type Store } from './mongo.ts';
 
 export interface HistoryEntry {
   state: MessageState;
@@ -120,7 +120,7 @@ export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Prom
       retries: 2,
       minTimeout: 100,
       maxTimeout: 500,
-      shouldRetry: ({ error }) => isDatabaseUnavailable(error),
+      shouldRetry: ({ error }) => isTransient(error),
     },
   );
 }
@@ -142,9 +142,15 @@ export async function writeAsOwner(
   owner: Ownership,
   update: UpdateFilter<MessageDoc>,
 ): Promise<number | undefined> {
-  const result = await store.messages.updateOne(
-    { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
-    { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
+  // a busy or briefly unreachable database is tried again; if a retried write had in fact been
+  // applied, the version no longer matches and the actor stops: the lease hands the message on
+  const result = await pRetry(
+    () =>
+      store.messages.updateOne(
+        { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
+        { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
+      ),
+    { retries: 3, minTimeout: 50, maxTimeout: 500, shouldRetry: ({ error }) => isTransient(error) },
   );
   return result.matchedCount === 1 ? owner.version + 1 : undefined;
 }
@@ -163,9 +169,11 @@ export function findDue(
 }
 
 /**
- * Takes a message over at the next epoch. The insert of lease `<id>:<epoch+1>` on the unique `_id`
+ * Takes a message over at the next epoch. The insert of lease `<id>:<epoch>` on the unique `_id`
  * decides the one winner among any number of claimants (atomic on MongoDB and FerretDB alike,
  * where a conditional update is not); only the winner then moves the message to that epoch.
+ * A winner that died between the two steps leaves an expired lease and the message at the old
+ * epoch: a later claimant moves past such an orphaned lease to the next epoch.
  */
 export async function claimMessage(
   store: Store,
@@ -174,22 +182,33 @@ export async function claimMessage(
   owner: string,
   leaseMs: number,
 ): Promise<MessageDoc | undefined> {
-  const epoch = currentEpoch + 1;
   const expiresAt = new Date(Date.now() + leaseMs);
-  try {
-    await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
-  } catch (err) {
-    if (isDuplicateKey(err)) return undefined;
-    throw err;
+  let epoch = currentEpoch + 1;
+  for (let skipped = 0; ; skipped++) {
+    try {
+      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
+      break;
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
+      // a live claim, or too many orphans to be plausible: leave the message to its owner
+      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
+      epoch++;
+    }
   }
+  // the won epoch must reach the message; a transient failure here would orphan the lease
   return (
-    (await store.messages.findOneAndUpdate(
-      { _id: id, lease_epoch: currentEpoch },
-      {
-        $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt },
-        $inc: { version: 1, claims: 1 },
-      },
-      { returnDocument: 'after' },
+    (await pRetry(
+      () =>
+        store.messages.findOneAndUpdate(
+          { _id: id, lease_epoch: currentEpoch },
+          {
+            $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt },
+            $inc: { version: 1, claims: 1 },
+          },
+          { returnDocument: 'after' },
+        ),
+      { retries: 3, minTimeout: 50, maxTimeout: 500, shouldRetry: ({ error }) => isTransient(error) },
     )) ?? undefined
   );
 }

@@ -99,3 +99,13 @@ const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
 export function isDatabaseUnavailable(err: unknown): boolean {
   return err instanceof Error && UNAVAILABLE_ERRORS.has(err.name);
 }
+
+/**
+ * True for failures worth an immediate retry: the database unreachable for a moment, or busy
+ * (FerretDB's SQLite backend answers SQLITE_BUSY under concurrent writers).
+ */
+export function isTransient(err: unknown): boolean {
+  if (isDatabaseUnavailable(err)) return true;
+  const message = err instanceof Error ? err.message : '';
+  return /SQLITE_BUSY|database is locked|deadlock|could not serialize/i.test(message);
+}

@@ -12,9 +12,10 @@ let serverUri: Promise<string> | undefined;
 export function databaseUri(): Promise<string> {
   const configured = process.env.MONGODB_URI;
   if (configured) return Promise.resolve(configured);
-  serverUri ??= startLocalServer({ dataDir: mkdtempSync(path.join(os.tmpdir(), 'mailroute-test-db-')) }).then(
-    (server) => server.uri,
-  );
+  serverUri ??= startLocalServer({
+    dataDir: mkdtempSync(path.join(os.tmpdir(), 'mailroute-test-db-')),
+    ferretBackend: 'auto',
+  }).then((server) => server.uri);
   return serverUri;
 }
 

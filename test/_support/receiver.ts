@@ -8,10 +8,13 @@ export interface ReceivedRequest {
   headers: http.IncomingHttpHeaders;
   body: Buffer;
   at: number;
+  /** the status it was answered with, once answered */
+  status?: number;
 }
 
-/** What to do with one request: answer a status, never answer, or cut the connection. */
-export type Behaviour = { status: number; delayMs?: number } | 'hang' | 'reset';
+/** What to do with one request: answer a status, never answer, cut the connection, or answer 200
+ * and then send the body one byte every 100 ms, forever. */
+export type Behaviour = { status: number; delayMs?: number } | 'hang' | 'reset' | 'trickle';
 
 export class WebhookReceiver {
   readonly requests: ReceivedRequest[] = [];
@@ -66,7 +69,12 @@ export class WebhookReceiver {
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const path = req.url ?? '/';
-      const request = { path, headers: req.headers, body: Buffer.concat(chunks), at: Date.now() };
+      const request: ReceivedRequest = {
+        path,
+        headers: req.headers,
+        body: Buffer.concat(chunks),
+        at: Date.now(),
+      };
       this.requests.push(request);
       const decide = this.behaviours.get(path) ?? ((): Behaviour => ({ status: 200 }));
       const behaviour = decide(this.to(path).length, request);
@@ -75,7 +83,16 @@ export class WebhookReceiver {
         req.socket.destroy();
         return;
       }
-      const answer = () => res.writeHead(behaviour.status, { 'content-type': 'text/plain' }).end('ok');
+      if (behaviour === 'trickle') {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        const drip = setInterval(() => res.write('.'), 100);
+        res.on('close', () => clearInterval(drip));
+        return;
+      }
+      const answer = () => {
+        request.status = behaviour.status;
+        res.writeHead(behaviour.status, { 'content-type': 'text/plain' }).end('ok');
+      };
       if (behaviour.delayMs) setTimeout(answer, behaviour.delayMs);
       else answer();
     });

@@ -1,0 +1,265 @@
+// Fault drills: real load over many SMTP connections to a real receiver, a fault injected, recovery,
+// then the ledger's five invariants. FAULTS_SCALE=long runs the sizes of docs/RELIABILITY.md;
+// the default (short) is what CI runs. Retry delays and leases are scaled down for the drills.
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import test, { type ExecutionContext } from 'ava';
+import { openStore } from '../../src/store/mongo.ts';
+import { ApiClient } from '../_support/http.ts';
+import { checkLedger, type LedgerReport, runLoad } from '../_support/ledger.ts';
+import { databaseFor, routeTo } from '../_support/pipeline.ts';
+import { WebhookReceiver } from '../_support/receiver.ts';
+import { type ServiceProcess, startService } from '../_support/service.ts';
+
+const LONG = process.env.FAULTS_SCALE === 'long';
+const DRILL_ENV = Object.freeze({
+  RETRY_DELAYS: '300ms,1s,2s',
+  WEBHOOK_TIMEOUT: '2s',
+  LEASE_TIME: '2s',
+  LOG_LEVEL: 'info',
+});
+
+function alive(pid: number): boolean {
+  return existsSync(`/proc/${pid}`);
+}
+
+function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+}
+
+async function drillService(
+  t: ExecutionContext,
+  uri: string,
+  env: Record<string, string> = {},
+): Promise<ServiceProcess> {
+  const service = await startService({ env: { ...DRILL_ENV, MONGODB_URI: uri, WORKERS: '2', ...env } });
+  t.teardown(() => service.stop('SIGKILL'));
+  return service;
+}
+
+function report(
+  t: ExecutionContext,
+  name: string,
+  ledger: LedgerReport,
+  extra: Record<string, unknown> = {},
+  services: ServiceProcess[] = [],
+): void {
+  t.log(`${name}: ${JSON.stringify({ ...ledger, problems: undefined, ...extra })}`);
+  // DRILL_LOG_DIR keeps the services' logs of a failed drill for a post-mortem
+  if (ledger.problems.length > 0 && process.env.DRILL_LOG_DIR) {
+    for (const [i, service] of services.entries()) {
+      writeFileSync(`${process.env.DRILL_LOG_DIR}/${name.replace(/\W+/g, '-')}-${i}.log`, service.output());
+    }
+  }
+  t.deepEqual(ledger.problems, []);
+  t.is(ledger.lost, 0);
+  t.is(ledger.stuck, 0);
+  t.is(ledger.phantom, 0);
+}
+
+async function setup(t: ExecutionContext, label: string) {
+  const uri = await databaseFor(label);
+  const receiver = await WebhookReceiver.start();
+  t.teardown(() => receiver.close());
+  const store = await openStore({ uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+  return { uri, receiver, store };
+}
+
+/** Kills a random live worker every `everyMs` while `running()`; resolves the kill and replacement figures. */
+async function killWorkers(service: ServiceProcess, everyMs: number, running: () => boolean) {
+  const replacements: Array<Promise<number>> = [];
+  while (running()) {
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+    if (!running()) break;
+    const live = service.workerPids().filter(alive);
+    const victim = live[Math.floor(Math.random() * live.length)];
+    if (victim === undefined) continue;
+    const seen = new Set(service.workerPids());
+    process.kill(victim, 'SIGKILL');
+    replacements.push(timeToReplacement(service, seen, Date.now()));
+  }
+  const times = await Promise.all(replacements);
+  return { kills: times.length, maxReplacementMs: Math.max(0, ...times) };
+}
+
+/** ms from a kill until a worker not seen before reports that it listens (10 s at most). */
+async function timeToReplacement(
+  service: ServiceProcess,
+  seen: Set<number>,
+  killedAt: number,
+): Promise<number> {
+  while (Date.now() - killedAt < 10_000) {
+    const listening = service
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('Server listening'))
+      .map((line) => Number(/"pid":(\d+)/.exec(line)?.[1]));
+    if (listening.some((pid) => !seen.has(pid))) return Date.now() - killedAt;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return Date.now() - killedAt;
+}
+
+test.serial('worker kill: SIGKILL a random SMTP worker every 2 s under load', async (t) => {
+  const { uri, receiver, store } = await setup(t, 'drillworker');
+  const service = await drillService(t, uri);
+  const api = new ApiClient(service.baseUrl, undefined, t);
+  await routeTo({ api, receiver }, 'drill.example', '/in');
+  let sending = true;
+  const killer = killWorkers(service, 2000, () => sending);
+  const endAt = Date.now() + (LONG ? 60_000 : 12_000);
+  const records = await runLoad({
+    messages: LONG ? 3000 : 1000,
+    sessions: 20,
+    size: 20 * 1024,
+    domain: 'drill.example',
+    port: () => service.smtpPort,
+    until: () => Date.now() > endAt,
+  });
+  sending = false;
+  const { kills, maxReplacementMs } = await killer;
+  const ledger = await checkLedger(store, receiver, records, 60_000);
+  report(t, 'worker kill', ledger, { kills, maxReplacementMs }, [service]);
+  t.true(kills >= (LONG ? 20 : 4), `${kills} workers killed during the load`);
+  t.true(maxReplacementMs <= 2000, `a replacement worker listened within ${maxReplacementMs} ms`);
+});
+
+test.serial(
+  'owner kill: SIGKILL the process that owns in-flight deliveries every 3 s, mid-POST included',
+  async (t) => {
+    const { uri, receiver, store } = await setup(t, 'drillowner');
+    // slow answers keep deliveries in flight, so a kill always cuts some mid-POST
+    receiver.on('/in', { status: 200, delayMs: 300 });
+    const service = await drillService(t, uri);
+    const api = new ApiClient(service.baseUrl, undefined, t);
+    await routeTo({ api, receiver }, 'drill.example', '/in');
+    let sending = true;
+    const killer = killWorkers(service, 3000, () => sending);
+    const endAt = Date.now() + (LONG ? 60_000 : 12_000);
+    const records = await runLoad({
+      messages: LONG ? 2000 : 1000,
+      sessions: 20,
+      size: 2048,
+      domain: 'drill.example',
+      port: () => service.smtpPort,
+      until: () => Date.now() > endAt,
+    });
+    sending = false;
+    const { kills } = await killer;
+    const lastKill = Date.now();
+    const ledger = await checkLedger(store, receiver, records, 60_000);
+    const settledMs = Date.now() - lastKill;
+    report(t, 'owner kill', ledger, { kills, settledAfterLastKillMs: settledMs }, [service]);
+    t.true(kills >= (LONG ? 15 : 3), `${kills} owners killed during the load`);
+    // every taken-over lease (2 s) was picked up within lease time + 5 s, plus the work itself
+    t.true(settledMs <= 2000 + 5000 + 10_000, `all final ${settledMs} ms after the last kill`);
+  },
+);
+
+test.serial(
+  'full restart: SIGKILL the primary and all workers once under load, then start again',
+  async (t) => {
+    const { uri, receiver, store } = await setup(t, 'drillrestart');
+    const first = await drillService(t, uri);
+    const api = new ApiClient(first.baseUrl, undefined, t);
+    await routeTo({ api, receiver }, 'drill.example', '/in');
+    let current = first;
+    const total = LONG ? 1000 : 200;
+    const load = runLoad({
+      messages: total,
+      sessions: 10,
+      size: 4096,
+      domain: 'drill.example',
+      port: () => current.smtpPort,
+    });
+    await receiver.waitFor(() => receiver.requests.length >= total / 4, 60_000, 'a quarter delivered');
+    await first.stop('SIGKILL');
+    const restarted = Date.now();
+    current = await drillService(t, uri);
+    const records = await load;
+    const ledger = await checkLedger(store, receiver, records, 60_000);
+    report(t, 'full restart', ledger, { recoveredInMs: Date.now() - restarted });
+    t.true(ledger.acknowledged > total / 4);
+  },
+);
+
+test.serial('two instances on one database: SIGKILL one, the other finishes its work', async (t) => {
+  const { uri, receiver, store } = await setup(t, 'drilltwo');
+  receiver.on('/in', { status: 200, delayMs: 100 });
+  const a = await drillService(t, uri, { WORKERS: '1' });
+  const b = await drillService(t, uri, { WORKERS: '1' });
+  const api = new ApiClient(b.baseUrl, undefined, t);
+  await routeTo({ api, receiver }, 'drill.example', '/in');
+  let aDead = false;
+  const total = LONG ? 1000 : 200;
+  const load = runLoad({
+    messages: total,
+    sessions: 10,
+    size: 4096,
+    domain: 'drill.example',
+    // alternate while both live; only B once A is gone (a sender would retry elsewhere)
+    port: (seq) => (!aDead && seq % 2 === 0 ? a.smtpPort : b.smtpPort),
+  });
+  await receiver.waitFor(() => receiver.requests.length >= total / 4, 60_000, 'a quarter delivered');
+  await a.stop('SIGKILL');
+  aDead = true;
+  const records = await load;
+  const ledger = await checkLedger(store, receiver, records, 60_000);
+  report(t, 'two instances', ledger, {}, [a, b]);
+});
+
+test.serial('bad receivers: hang, trickle, 500s and resets do not hold up a healthy endpoint', async (t) => {
+  const { uri, receiver, store } = await setup(t, 'drillbad');
+  receiver.on('/hang', 'hang');
+  receiver.on('/trickle', 'trickle');
+  receiver.on('/error', { status: 500 });
+  receiver.on('/reset', 'reset');
+  const service = await drillService(t, uri);
+  const api = new ApiClient(service.baseUrl, undefined, t);
+  await api.post('/domains', { name: 'drill.example' });
+  for (const [pattern, path] of [
+    ['/user[0-9]*[02468]/', '/healthy'],
+    ['/user[0-9]*1/', '/hang'],
+    ['/user[0-9]*3/', '/trickle'],
+    ['/user[0-9]*5/', '/error'],
+    ['/user[0-9]*[79]/', '/reset'],
+  ] as const) {
+    t.is(
+      (
+        await api.post('/routes', {
+          domain: 'drill.example',
+          recipient_pattern: pattern,
+          webhook_url: receiver.url(path),
+        })
+      ).status,
+      201,
+    );
+  }
+  const worker = service.workerPids()[0]!;
+  const rssBefore = rssMb(worker);
+  const records = await runLoad({
+    messages: LONG ? 1000 : 200,
+    sessions: 10,
+    size: 2048,
+    domain: 'drill.example',
+    port: () => service.smtpPort,
+  });
+  const ledger = await checkLedger(store, receiver, records, 90_000);
+  const rssAfter = alive(worker) ? rssMb(worker) : Number.NaN;
+  report(t, 'bad receivers', ledger, {
+    rssBeforeMb: Math.round(rssBefore),
+    rssAfterMb: Math.round(rssAfter),
+  });
+  const healthy = records.filter((r) => r.id && r.seq % 2 === 0).length;
+  const bad = records.filter((r) => r.id && r.seq % 2 === 1).length;
+  t.is(receiver.to('/healthy').length, healthy, 'each healthy message delivered once');
+  t.is(ledger.duplicated, 0, 'no crash, so no delivery accepted twice');
+  t.is(ledger.delivered, healthy);
+  t.is(ledger.dlq, bad, 'every message to a bad endpoint ends in dlq');
+  const attemptsPerBad =
+    (receiver.to('/error').length + receiver.to('/hang').length) /
+    records.filter((r) => r.id && [1, 5].includes(r.seq % 10)).length;
+  t.is(attemptsPerBad, 4, 'exactly 1 + 3 retries for each message to a bad endpoint');
+  t.true(rssAfter - rssBefore < 150, `worker RSS ${Math.round(rssBefore)} -> ${Math.round(rssAfter)} MB`);
+});
