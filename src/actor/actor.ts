@@ -58,6 +58,11 @@ function next(state: MessageState, event: MessageEvent): MessageState {
   return result.state;
 }
 
+/** FerretDB refuses NUL in strings: the record keeps U+FFFD where the mail had NUL (the payload keeps NUL). */
+function storable(text: string): string {
+  return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;
+}
+
 export function deliveryId(messageId: string, routeId: string): string {
   return `${messageId}.${routeId}`;
 }
@@ -173,9 +178,9 @@ export class MessageActor {
     if (!output.ok) {
       if (output.code === 'unparseable') {
         await this.persist({
-          set: { state: next('queued', 'parse_failed'), error: output.message },
+          set: { state: next('queued', 'parse_failed'), error: storable(output.message) },
           unset: ['due_at', 'lease_owner'],
-          history: [{ state: 'dlq', at, detail: `unparseable: ${output.message}` }],
+          history: [{ state: 'dlq', at, detail: storable(`unparseable: ${output.message}`) }],
         });
         this.log.warn({ event: 'delivery.dlq', reason: 'unparseable' }, 'message cannot be parsed');
         return undefined;
@@ -198,9 +203,9 @@ export class MessageActor {
     }
 
     const summary = {
-      message_id: output.summary.message_id,
-      from: output.summary.from,
-      subject: output.summary.subject,
+      message_id: storable(output.summary.message_id),
+      from: storable(output.summary.from),
+      subject: storable(output.summary.subject),
     };
     const parsed = next('queued', 'parse_ok');
     if (pending.length === 0 && !deliveries.some((d) => d.state === 'delivered')) {

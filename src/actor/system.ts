@@ -6,7 +6,13 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import { claimMessage, deleteExpiredLeases, findDue, type MessageDoc } from '../store/messages.ts';
+import {
+  claimMessage,
+  deleteExpiredLeases,
+  findDue,
+  getMessage,
+  type MessageDoc,
+} from '../store/messages.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 
 export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
@@ -70,7 +76,7 @@ export class ActorSystem {
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
   async replay(id: string): Promise<ReplayOutcome> {
-    const doc = await this.options.store.messages.findOne({ _id: id });
+    const doc = await getMessage(this.options.store, id);
     if (!doc) return 'not_found';
     if (doc.state !== 'dlq' && doc.state !== 'failed') return 'invalid_state';
     if (this.running.has(id)) return 'invalid_state';

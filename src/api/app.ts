@@ -1,12 +1,20 @@
 // The Fastify application: authentication, the resources, the public endpoints and the single
 // error handler. Built from a store and the config; listening is the caller's business.
 import { readFileSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { Ajv } from 'ajv';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import type { Config } from '../config/schema.ts';
+import { ServiceError } from '../errors/catalog.ts';
 import type { Logger } from '../log/logger.ts';
 import type { Store } from '../store/mongo.ts';
-import { apiKeyHook, FailedAuthLimiter, type FailureLimit } from './auth.ts';
+import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
@@ -35,6 +43,18 @@ const queryAjv = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaul
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
+    // the router's own refusals (an undecodable or over-long path segment) get the catalog body,
+    // after the key check like everything else
+    frameworkErrors: (error, request, genericReply) => {
+      const reply = genericReply as FastifyReply;
+      if (!presentsKey(deps.config.apiKey, request as FastifyRequest)) {
+        void reply.code(401).send({ error: 'unauthorized', message: 'missing or invalid X-API-Key header' });
+        return;
+      }
+      void reply.code(404).send({ error: 'not_found', message: `no such resource (${error.code})` });
+    },
+    // requests Node's HTTP parser refuses never reach a route; they get the catalog body too
+    clientErrorHandler: answerClientError,
     bodyLimit: BODY_LIMIT_BYTES,
     routerOptions: { maxParamLength: 200 },
     logController: new LogController({ disableRequestLogging: true }),
@@ -44,6 +64,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     httpPart === 'body' ? bodyAjv.compile(schema) : queryAjv.compile(schema),
   );
   installErrorHandling(app);
+  // compressed bodies are not accepted; parsing one as plain would disagree with any proxy
+  app.addHook('onRequest', async (request) => {
+    const coding = request.headers['content-encoding'];
+    if (coding !== undefined && coding.trim().toLowerCase() !== 'identity') {
+      throw new ServiceError(
+        'unsupported_media_type',
+        'Content-Encoding is not supported: send the body uncompressed',
+      );
+    }
+  });
+  // a string that is not well-formed UTF-16 (a lone surrogate) could not be stored as given
+  app.addHook('preValidation', async (request) => {
+    if (request.body !== undefined && !wellFormed(request.body)) {
+      throw new ServiceError('invalid_request', 'strings must be valid Unicode (no lone surrogates)');
+    }
+  });
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
   const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit));
@@ -64,4 +100,41 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(routeRoutes, { store: deps.store });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
   return app;
+}
+
+/** True when every string in a parsed JSON value is well-formed (no lone surrogates). Iterative:
+ * a deeply nested body must not overflow the stack. */
+function wellFormed(root: unknown): boolean {
+  const pending: unknown[] = [root];
+  while (pending.length > 0) {
+    const value = pending.pop();
+    if (typeof value === 'string') {
+      if (!value.isWellFormed()) return false;
+    } else if (Array.isArray(value)) {
+      pending.push(...value);
+    } else if (value !== null && typeof value === 'object') {
+      for (const [key, item] of Object.entries(value)) {
+        if (!key.isWellFormed()) return false;
+        pending.push(item);
+      }
+    }
+  }
+  return true;
+}
+
+/** Answers a request the HTTP parser refused with the catalog body, then closes the connection. */
+function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const tooLarge = error.code === 'HPE_HEADER_OVERFLOW';
+  const status = tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request';
+  const body = JSON.stringify({
+    error: 'invalid_request',
+    message: tooLarge ? 'request headers too large' : 'malformed HTTP request',
+  });
+  socket.end(
+    `HTTP/1.1 ${status}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }

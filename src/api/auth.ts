@@ -65,6 +65,13 @@ export class FailedAuthLimiter {
   }
 }
 
+/** True when the request may pass: no key configured, a public endpoint, or the right key. */
+export function presentsKey(apiKey: string, request: FastifyRequest): boolean {
+  if (!apiKey || isPublic(request)) return true;
+  const presented = request.headers['x-api-key'];
+  return typeof presented === 'string' && keysMatch(digest(apiKey), presented);
+}
+
 /** An onRequest hook, or undefined when no key is configured (the API is open). */
 export function apiKeyHook(apiKey: string, limiter = new FailedAuthLimiter()) {
   if (!apiKey) return undefined;

@@ -78,13 +78,17 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
             limit: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 50 },
             offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
             state: { type: 'string', enum: [...STATES] },
-            domain: { type: 'string', minLength: 1, maxLength: 253 },
+            domain: { type: 'string', minLength: 1, maxLength: 253, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
           },
         },
       },
     },
     async (request) => {
       const { limit, offset, state, domain } = request.query;
+      // coercion turns "Infinity" or "1e309" into a number the range checks let through
+      if (!Number.isSafeInteger(limit) || !Number.isSafeInteger(offset)) {
+        throw new ServiceError('invalid_query', 'limit and offset must be whole numbers');
+      }
       const query: MessageQuery = { limit, offset };
       if (state) query.state = state;
       if (domain) query.domain = domain.toLowerCase();

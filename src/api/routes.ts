@@ -87,6 +87,9 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         );
       }
       if (body.webhook_secret) {
+        if (/[\u0000-\u001f\u007f]/.test(body.webhook_secret)) {
+          throw new ServiceError('invalid_request', 'webhook_secret: control characters are not allowed');
+        }
         try {
           standardWebhookKey(body.webhook_secret);
         } catch {

@@ -1,5 +1,5 @@
 // The domains collection: the domains the service accepts mail for.
-import { insertWithNewId } from './ids.ts';
+import { insertWithNewId, isId } from './ids.ts';
 import type { Store } from './mongo.ts';
 
 export interface DomainDoc {
@@ -27,6 +27,7 @@ export function findDomainByName(store: Store, name: string): Promise<DomainDoc 
 
 /** Deletes the domain and its routes; false when there was no such domain. */
 export async function deleteDomain(store: Store, id: string): Promise<boolean> {
+  if (!isId('d', id)) return false;
   const domain = await store.domains.findOne({ _id: id });
   if (!domain) return false;
   // routes first: a crash in between leaves a domain without routes, never routes without a domain

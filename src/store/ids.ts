@@ -26,6 +26,11 @@ export function newId(prefix: IdPrefix, now: number = Date.now()): string {
 
 export const ID_PATTERN = /^[drm]-\d{22}$/;
 
+/** True when `id` has the form of an id of this kind; anything else cannot exist (a 404, no query). */
+export function isId(prefix: IdPrefix, id: string): boolean {
+  return id.length === 24 && id.startsWith(`${prefix}-`) && ID_PATTERN.test(id);
+}
+
 /** The creation time encoded in an id. */
 export function idTime(id: string): Date {
   return new Date(Number(id.slice(2, 15)));

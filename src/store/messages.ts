@@ -3,7 +3,7 @@
 import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
-import { isDuplicateKey } from './ids.ts';
+import { isDuplicateKey, isId } from './ids.ts';
 import { DURABLE, isTransient, type Store } from './mongo.ts';
 
 export interface HistoryEntry {
@@ -93,7 +93,9 @@ export function listMessages(store: Store, query: MessageQuery): Promise<Message
     .toArray();
 }
 
-export function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
+export async function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
+  // a string that is not an id cannot name a message: no query (and no NUL sent to the database)
+  if (!isId('m', id)) return null;
   return store.messages.findOne({ _id: id });
 }
 

@@ -1,6 +1,6 @@
 // The routes collection: recipient patterns of a domain and where their mail is delivered.
 import type { PatternKind } from '../route/pattern.ts';
-import { insertWithNewId } from './ids.ts';
+import { insertWithNewId, isId } from './ids.ts';
 import type { Store } from './mongo.ts';
 
 export interface RouteDoc {
@@ -39,6 +39,7 @@ export function routesOfDomains(store: Store, domains: readonly string[]): Promi
 }
 
 export async function deleteRoute(store: Store, id: string): Promise<boolean> {
+  if (!isId('r', id)) return false;
   const result = await store.routes.deleteOne({ _id: id });
   return result.deletedCount === 1;
 }
