@@ -63,9 +63,26 @@ const ready = new Set<number>();
 const served = new Set<number>();
 let announced = false;
 
-function fork(): Worker {
-  const worker = cluster.fork({ MONGODB_URI: database.uri });
+// One standby worker, started but not listening, replaces a worker that dies: activating it takes
+// milliseconds where starting a process takes a second or more.
+let standby: Worker | undefined;
+let standbyReady = false;
+
+function fork(role: 'serving' | 'standby' = 'serving'): Worker {
+  const worker = cluster.fork({
+    MONGODB_URI: database.uri,
+    MAILROUTE_STANDBY: role === 'standby' ? '1' : '0',
+  });
+  if (role === 'standby') {
+    standby = worker;
+    standbyReady = false;
+  }
   worker.on('message', (message: { type?: string; httpPort?: number; smtpPort?: number }) => {
+    if (message?.type === 'standby') {
+      if (worker === standby) standbyReady = true;
+      // promoted while it was still starting: it takes its place now that it can
+      else worker.send({ type: 'activate' });
+    }
     if (message?.type !== 'ready') return;
     ready.add(worker.id);
     served.add(worker.id);
@@ -80,12 +97,29 @@ function fork(): Worker {
         },
         'service ready',
       );
+      if (config.standbyWorker) fork('standby');
     }
   });
   worker.on('exit', (code, signal) => {
     ready.delete(worker.id);
     if (stopping) return;
-    // backoff is for a worker that cannot start (a crash loop); one that served and then died is
+    if (worker === standby) {
+      standby = undefined;
+      setTimeout(() => !stopping && !standby && fork('standby'), 1000);
+      return;
+    }
+    if (standby) {
+      // the standby takes the dead worker's place: at once when it is ready, else the moment it
+      // is (still sooner than a process started now); a new standby starts behind it
+      logger.warn(
+        { event: EVENTS.workerExited, worker: worker.id, code, signal, replaced_by: standby.id },
+        'worker exited',
+      );
+      if (standbyReady) standby.send({ type: 'activate' });
+      standby = undefined;
+      fork('standby');
+      return;
+    } // backoff is for a worker that cannot start (a crash loop); one that served and then died is
     // replaced at once, so killing workers never leaves the port without one for long
     if (served.has(worker.id)) restarts = 0;
     served.delete(worker.id);

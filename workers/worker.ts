@@ -1,17 +1,23 @@
 // Entry of a cluster worker: reads the config, connects to the database, runs the worker service
-// and reports its ports to the primary.
+// and reports its ports to the primary. A standby (MAILROUTE_STANDBY=1) prepares everything and
+// waits for the primary's `activate` before it listens: it replaces a dead worker in milliseconds.
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
-import { startWorkerService } from '../src/service/worker-service.ts';
+import { prepareWorkerService } from '../src/service/worker-service.ts';
 import { openStore } from '../src/store/mongo.ts';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'worker' });
 
 const store = await openStore({ uri: config.mongodbUri, ensureIndexes: false });
-const service = await startWorkerService({ config, store, logger });
-process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
+const service = await prepareWorkerService({ config, store, logger });
+async function activate(): Promise<void> {
+  await service.listen();
+  process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
+}
+if (process.env.MAILROUTE_STANDBY === '1') process.send?.({ type: 'standby' });
+else await activate();
 
 let stopping = false;
 async function shutdown(): Promise<void> {
@@ -29,6 +35,12 @@ process.on('message', (message: unknown) => {
     (message as { type?: unknown }).type === 'shutdown'
   ) {
     void shutdown();
+  } else if (
+    typeof message === 'object' &&
+    message !== null &&
+    (message as { type?: unknown }).type === 'activate'
+  ) {
+    void activate();
   }
 });
 process.on('SIGTERM', () => void shutdown());

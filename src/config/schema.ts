@@ -151,6 +151,14 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => os.availableParallelism(),
     parse: integer(1, 256),
   } satisfies Setting<number>,
+  standbyWorker: {
+    env: 'STANDBY_WORKER',
+    flag: 'standby-worker',
+    defaultText: 'true',
+    description: 'Keep one started, idle worker that takes over the moment a worker dies',
+    defaultValue: () => true,
+    parse: boolean,
+  } satisfies Setting<boolean>,
   retryDelays: {
     env: 'RETRY_DELAYS',
     flag: 'retry-delays',

@@ -34,11 +34,28 @@ export function parseThreadsPerWorker(workers: number): number {
   return Math.max(1, Math.floor(os.availableParallelism() / workers));
 }
 
-export async function startWorkerService({
+/** Starts everything and listens at once. */
+export async function startWorkerService(deps: WorkerServiceDeps): Promise<WorkerService> {
+  const prepared = await prepareWorkerService(deps);
+  await prepared.listen();
+  return prepared;
+}
+
+export interface PreparedWorkerService extends WorkerService {
+  /** starts listening on the shared ports and running the actors; resolves the ports */
+  listen(): Promise<void>;
+}
+
+/**
+ * Builds everything a worker runs (database connection, parse threads, API, SMTP server) without
+ * listening yet: a standby worker waits like this, so that replacing a dead worker takes only
+ * the listen.
+ */
+export async function prepareWorkerService({
   config,
   store,
   logger,
-}: WorkerServiceDeps): Promise<WorkerService> {
+}: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
   const pool = new ParsePool({
     threads: parseThreadsPerWorker(config.workers),
@@ -60,39 +77,44 @@ export async function startWorkerService({
   const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
   const smtp = createSmtpServer({ config, store, directory, actors, logger });
 
-  await app.listen({ host: config.httpHost, port: config.httpPort });
-  await new Promise<void>((resolve, reject) => {
-    smtp.once('error', reject);
-    smtp.listen(config.smtpPort, config.smtpHost, () => {
-      smtp.off('error', reject);
-      resolve();
-    });
-  });
-  // a listener error after startup (EMFILE, say) is logged, not fatal
-  smtp.on('error', (err: Error) => logger.error({ err }, 'smtp server error'));
-  actors.start();
-
-  const httpPort = (app.server.address() as AddressInfo).port;
-  const smtpPort = (smtp.server.address() as AddressInfo).port;
+  let listening = false;
+  const service: PreparedWorkerService = {
+    httpPort: 0,
+    smtpPort: 0,
+    actors,
+    async listen() {
+      await app.listen({ host: config.httpHost, port: config.httpPort });
+      await new Promise<void>((resolve, reject) => {
+        smtp.once('error', reject);
+        smtp.listen(config.smtpPort, config.smtpHost, () => {
+          smtp.off('error', reject);
+          resolve();
+        });
+      });
+      listening = true;
+      // a listener error after startup (EMFILE, say) is logged, not fatal
+      smtp.on('error', (err: Error) => logger.error({ err }, 'smtp server error'));
+      actors.start();
+      service.httpPort = (app.server.address() as AddressInfo).port;
+      service.smtpPort = (smtp.server.address() as AddressInfo).port;
+    },
+    stop,
+  };
 
   let stopping: Promise<void> | undefined;
-  return {
-    httpPort,
-    smtpPort,
-    actors,
-    stop() {
-      stopping ??= (async () => {
-        // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
-        const smtpClosed = closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS);
-        await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
-        await smtpClosed;
-        await app.close();
-        await pool.close();
-        await client.close();
-      })();
-      return stopping;
-    },
-  };
+  function stop(): Promise<void> {
+    stopping ??= (async () => {
+      // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
+      const smtpClosed = listening ? closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS) : Promise.resolve();
+      await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
+      await smtpClosed;
+      await app.close();
+      await pool.close();
+      await client.close();
+    })();
+    return stopping;
+  }
+  return service;
 }
 
 /**

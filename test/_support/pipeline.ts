@@ -17,6 +17,8 @@ export interface Pipeline {
 
 /** Short settings so that retries, timeouts and lease expiry happen within a test. */
 export const FAST = Object.freeze({
+  // a standby process per service would only slow the suite; the drills keep it
+  STANDBY_WORKER: 'false',
   RETRY_DELAYS: '200ms,200ms,200ms',
   WEBHOOK_TIMEOUT: '1s',
   LEASE_TIME: '2s',

@@ -75,27 +75,23 @@ async function killWorkers(service: ServiceProcess, everyMs: number, running: ()
     const live = service.workerPids().filter(alive);
     const victim = live[Math.floor(Math.random() * live.length)];
     if (victim === undefined) continue;
-    const seen = new Set(service.workerPids());
     process.kill(victim, 'SIGKILL');
-    replacements.push(timeToReplacement(service, seen, Date.now()));
+    replacements.push(timeToReplacement(service, Date.now()));
   }
   const times = await Promise.all(replacements);
   return { kills: times.length, maxReplacementMs: Math.max(0, ...times) };
 }
 
-/** ms from a kill until a worker not seen before reports that it listens (10 s at most). */
-async function timeToReplacement(
-  service: ServiceProcess,
-  seen: Set<number>,
-  killedAt: number,
-): Promise<number> {
+/** ms from a kill until some worker logs that it listens, by that log line's own time (10 s at most). */
+async function timeToReplacement(service: ServiceProcess, killedAt: number): Promise<number> {
   while (Date.now() - killedAt < 10_000) {
-    const listening = service
+    const listenedAt = service
       .output()
       .split('\n')
       .filter((line) => line.includes('Server listening'))
-      .map((line) => Number(/"pid":(\d+)/.exec(line)?.[1]));
-    if (listening.some((pid) => !seen.has(pid))) return Date.now() - killedAt;
+      .map((line) => Number(/"time":(\d+)/.exec(line)?.[1]))
+      .find((time) => time >= killedAt);
+    if (listenedAt !== undefined) return listenedAt - killedAt;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   return Date.now() - killedAt;
