@@ -37,9 +37,39 @@ const MAX_DELIMITER_LINE = 1024;
 const MAX_NESTED_MESSAGES = 32;
 
 export function scanStructure(raw: Buffer): MimeStructure {
+  // the open multiparts' boundaries, outermost first
   const open: string[] = [];
+  // boundary -> the depths in `open` that declared it, ascending. A delimiter line is then one
+  // lookup instead of a comparison with every open level: a message nested thousands deep followed
+  // by a million "--" lines would otherwise cost depth × lines, minutes of one thread's time.
+  const depthsOf = new Map<string, number[]>();
   const unclosed: string[] = [];
   const charsets = new Set<string>();
+
+  const openMultipart = (boundary: string): void => {
+    let depths = depthsOf.get(boundary);
+    if (depths === undefined) {
+      depths = [];
+      depthsOf.set(boundary, depths);
+    }
+    depths.push(open.length);
+    open.push(boundary);
+  };
+  const deepest = (boundary: string): number => depthsOf.get(boundary)?.at(-1) ?? -1;
+  // Ends the levels from `depth` inward and returns them, outermost first. Loops, not spreads:
+  // a spread of a few hundred thousand levels overflows the call stack.
+  const dropFrom = (depth: number): string[] => {
+    const dropped = open.splice(depth);
+    for (const boundary of dropped) {
+      const depths = depthsOf.get(boundary)!;
+      depths.pop();
+      if (depths.length === 0) depthsOf.delete(boundary);
+    }
+    return dropped;
+  };
+  const neverClosed = (boundaries: readonly string[]): void => {
+    for (const boundary of boundaries) unclosed.push(boundary);
+  };
 
   // Applies one part's Content-Type and returns where its body starts. An encapsulated message's
   // own header block follows the part's headers directly, so it is read here too.
@@ -48,7 +78,7 @@ export function scanStructure(raw: Buffer): MimeStructure {
     if (contentType === null) return block.end;
     const boundary = contentType.params.boundary;
     if (contentType.type.startsWith('multipart/') && boundary) {
-      open.push(boundary);
+      openMultipart(boundary);
     } else if (contentType.type.startsWith('text/') && contentType.params.charset) {
       charsets.add(contentType.params.charset.toLowerCase());
     } else if (contentType.type === 'message/rfc822' && depth < MAX_NESTED_MESSAGES) {
@@ -65,24 +95,22 @@ export function scanStructure(raw: Buffer): MimeStructure {
     const newline = raw.indexOf(LF, lineStart);
     const next = newline === -1 ? raw.length : newline + 1;
     const lineEnd = Math.min(newline === -1 ? raw.length : newline, lineStart + MAX_DELIMITER_LINE);
-    const line = raw.toString('latin1', lineStart, lineEnd).trimEnd();
+    // what follows the leading "--": a boundary, or a boundary and "--"
+    const word = raw.toString('latin1', lineStart + 2, lineEnd).trimEnd();
     position = next;
-    // innermost first; a delimiter of an outer multipart implicitly ends the inner ones
-    for (let depth = open.length - 1; depth >= 0; depth--) {
-      const boundary = open[depth]!;
-      if (line === `--${boundary}--`) {
-        unclosed.push(...open.splice(depth + 1));
-        open.pop();
-        break;
-      }
-      if (line === `--${boundary}`) {
-        unclosed.push(...open.splice(depth + 1));
-        position = enterPart(readHeaderBlock(raw, next), 0);
-        break;
-      }
+    // The innermost match wins; a delimiter of an outer multipart implicitly ends the inner ones.
+    // One level cannot match both ways (its boundary would have to be both `word` and `word` less "--").
+    const partAt = deepest(word);
+    const closeAt = word.endsWith('--') ? deepest(word.slice(0, -2)) : -1;
+    if (closeAt > partAt) {
+      neverClosed(dropFrom(closeAt + 1));
+      dropFrom(closeAt);
+    } else if (partAt >= 0) {
+      neverClosed(dropFrom(partAt + 1));
+      position = enterPart(readHeaderBlock(raw, next), 0);
     }
   }
-  unclosed.push(...open);
+  neverClosed(open);
   return { headerFields: top.validFields, unclosedBoundaries: unclosed, textCharsets: [...charsets] };
 }
 

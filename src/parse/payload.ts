@@ -1,7 +1,8 @@
 // Owns the mapping from one raw message to its webhook payload bodies (SPEC "webhook payload JSON"):
 // one UTF-8 JSON body per delivery, the shared part serialised once. Runs inside a parse worker
 // thread, so it is pure (no I/O) and returns plain objects only.
-import type { Attachment, HeaderLines, ParsedMail } from 'mailparser';
+import { performance } from 'node:perf_hooks';
+import type { Attachment, HeaderLines, ParsedMail, SimpleParserOptions } from 'mailparser';
 import { simpleParser } from 'mailparser';
 import { deliveryHeaders } from '../deliver/sign.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
@@ -60,8 +61,26 @@ const PARSER_OPTIONS = Object.freeze({
   skipImageLinks: true,
 } as const);
 
-// Defects are notes for operators, not a log: a hostile message must not grow them without bound.
+// mailparser parses a buffer in memory: while it makes progress this thread is busy. A parse still
+// unsettled after the event loop sat idle (under 10% busy) through five checks 100 ms apart is
+// waiting for an event that never comes (mailparser 3.9.31 does on an inline message/rfc822 part
+// that holds no message), and would hold its parse thread forever. Busy-but-slow is never idle.
+const STALL_CHECK_MS = 100;
+const STALL_IDLE_CHECKS = 5;
+const IDLE_UTILIZATION = 0.1;
+const STALLED = Symbol('stalled');
+// Read inline message/rfc822 parts as attachments rather than as embedded messages: the retry
+// for a parse that stalled. (mailsplit takes the option; the typings do not list it.)
+const NO_EMBEDDED: SimpleParserOptions & { ignoreEmbedded: boolean } = {
+  ...PARSER_OPTIONS,
+  ignoreEmbedded: true,
+};
+
+// Defects are notes for operators, not a log: a hostile message must not grow them without bound,
+// neither in number nor in length (a note quotes what the sender wrote: a boundary, a charset label
+// or a header name, each of which may run to the 1 MiB header limit).
 const MAX_DEFECTS = 20;
+const MAX_DEFECT_LENGTH = 300;
 const REPLACEMENT_CHARACTER = '\uFFFD';
 // mailparser decodes these with encoding-japanese, which TextDecoder need not know by these labels.
 const JIS_CHARSET = /^jis|^iso-?2022-?jp/i;
@@ -79,18 +98,26 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     return unparseable('no header fields: the message does not start with a "Name: value" header block');
   }
 
+  const defects = new Set<string>();
+  const defect: DefectSink = (note) => {
+    if (defects.size >= MAX_DEFECTS) return;
+    defects.add(note.length > MAX_DEFECT_LENGTH ? `${note.slice(0, MAX_DEFECT_LENGTH - 1)}…` : note);
+  };
+
   let mail: ParsedMail;
   try {
-    mail = await simpleParser(raw, { ...PARSER_OPTIONS });
+    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS });
+    if (parsed === STALLED) {
+      parsed = await parseUnlessStalled(raw, NO_EMBEDDED);
+      if (parsed === STALLED)
+        return unparseable('mailparser stalled: it stopped before the end of the message');
+      defect('mailparser stalled on an embedded message; message/rfc822 parts kept as attachments');
+    }
+    mail = parsed;
   } catch (error) {
     // mailsplit's limits (e.g. a header block over 1 MiB) are the failures that end up here
     return unparseable(`mailparser: ${error instanceof Error ? error.message : String(error)}`);
   }
-
-  const defects = new Set<string>();
-  const defect: DefectSink = (note) => {
-    if (defects.size < MAX_DEFECTS) defects.add(note);
-  };
 
   const fields = readFields(mail.headerLines, defect);
   const headers = headersObject(fields);
@@ -149,6 +176,35 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   });
 
   return { ok: true, summary, bodies, defects: [...defects] };
+}
+
+/** simpleParser, or STALLED once the event loop has idled while it still had not settled. */
+function parseUnlessStalled(raw: Buffer, options: SimpleParserOptions): Promise<ParsedMail | typeof STALLED> {
+  return new Promise((resolve, reject) => {
+    let idleChecks = 0;
+    let last = performance.eventLoopUtilization();
+    // ref'd on purpose: a stalled parse leaves nothing else to keep the event loop alive
+    const watch = setInterval(() => {
+      const now = performance.eventLoopUtilization();
+      idleChecks =
+        performance.eventLoopUtilization(now, last).utilization < IDLE_UTILIZATION ? idleChecks + 1 : 0;
+      last = now;
+      if (idleChecks >= STALL_IDLE_CHECKS) {
+        clearInterval(watch);
+        resolve(STALLED);
+      }
+    }, STALL_CHECK_MS);
+    simpleParser(raw, options).then(
+      (mail) => {
+        clearInterval(watch);
+        resolve(mail);
+      },
+      (error: unknown) => {
+        clearInterval(watch);
+        reject(error);
+      },
+    );
+  });
 }
 
 function unparseable(message: string): ParseOutput {
