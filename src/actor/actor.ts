@@ -13,7 +13,7 @@ import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
 import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
 import { writeAsOwner } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
-import { readRaw } from '../store/raw.ts';
+import { rawExists, readRaw } from '../store/raw.ts';
 import { aggregateState, type MessageEvent, type MessageState, transition } from './machine.ts';
 import {
   afterFailure,
@@ -102,6 +102,16 @@ export class MessageActor {
           ],
         });
         this.log.error({ event: EVENTS.deliveryDeadLettered, reason: 'poison' }, 'message crashes its owner');
+        return;
+      }
+      if (this.doc.state === 'queued' && !raw && !(await rawExists(this.deps.store, this.doc.raw_id))) {
+        // the acceptance timed out (451) and removed the bytes, but the record's insert landed
+        // after all: the sender was told to try again, so there is nothing here to deliver
+        await this.persist({
+          set: { state: next('queued', 'parse_failed'), error: 'raw message missing' },
+          unset: ['due_at', 'lease_owner'],
+          history: [{ state: 'dlq', at: new Date(), detail: 'raw message missing: its acceptance failed (451)' }],
+        });
         return;
       }
       if (this.doc.state === 'queued') {

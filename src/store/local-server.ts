@@ -12,6 +12,10 @@ import { fileURLToPath } from 'node:url';
 export interface LocalServer {
   uri: string;
   kind: 'mongod' | 'ferretdb' | 'mongodb-memory-server';
+  /** the server process, for fault drills (SIGSTOP/SIGCONT); absent for the memory server */
+  pid?: () => number | undefined;
+  /** kills the process and starts it again on the same port and storage (fault drills) */
+  restart?: () => Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -105,14 +109,10 @@ export function answers(port: number, host = '127.0.0.1', timeoutMs = 500): Prom
   });
 }
 
-async function startProcess(
-  kind: 'mongod' | 'ferretdb',
-  file: string,
-  args: string[],
-  port: number,
-): Promise<LocalServer> {
+/** Starts the server process and waits until it answers on `port`. */
+async function launch(kind: string, file: string, args: string[], port: number): Promise<ChildProcess> {
   const child: ChildProcess = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  // never leave a server behind when our process exits without stopping it
+  // never leave a server behind when our process exits without stopping it,
   // and never keep our process alive just because the server runs
   child.unref();
   (child.stderr as unknown as { unref?: () => void } | null)?.unref?.();
@@ -133,13 +133,37 @@ async function startProcess(
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+  return child;
+}
+
+function exited(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null;
+}
+
+async function startProcess(
+  kind: 'mongod' | 'ferretdb',
+  file: string,
+  args: string[],
+  port: number,
+): Promise<LocalServer> {
+  let child = await launch(kind, file, args, port);
   let stopped: Promise<void> | undefined;
   return {
     uri: `mongodb://127.0.0.1:${port}/`,
     kind,
+    pid: () => child.pid,
+    async restart() {
+      // the same port and storage: what a database that crashed and came back looks like
+      if (!exited(child)) {
+        const gone = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGKILL');
+        await gone;
+      }
+      child = await launch(kind, file, args, port);
+    },
     stop() {
       stopped ??= new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        if (exited(child)) return resolve();
         // a referenced timer: the child itself is unref'd, and stopping must finish before we exit
         const force = setTimeout(() => child.kill('SIGKILL'), 5000);
         child.once('exit', () => {

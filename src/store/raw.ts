@@ -49,6 +49,11 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
   };
 }
 
+/** False when the raw file was never completed or was removed (a failed acceptance). */
+export async function rawExists(store: Store, rawId: ObjectId): Promise<boolean> {
+  return (await store.db.collection('raw.files').countDocuments({ _id: rawId }, { limit: 1 })) === 1;
+}
+
 export async function readRaw(store: Store, rawId: ObjectId): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const part of store.raw.openDownloadStream(rawId)) parts.push(part as Buffer);

@@ -1,14 +1,18 @@
 // Fault drills: real load over many SMTP connections to a real receiver, a fault injected, recovery,
 // then the ledger's five invariants. FAULTS_SCALE=long runs the sizes of docs/RELIABILITY.md;
 // the default (short) is what CI runs. Retry delays and leases are scaled down for the drills.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
+import { startLocalServer } from '../../src/store/local-server.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { ApiClient } from '../_support/http.ts';
-import { checkLedger, type LedgerReport, runLoad } from '../_support/ledger.ts';
+import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
 import { databaseFor, routeTo } from '../_support/pipeline.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { type ServiceProcess, startService } from '../_support/service.ts';
+import { sendRaw } from '../_support/smtp.ts';
 
 const LONG = process.env.FAULTS_SCALE === 'long';
 const DRILL_ENV = Object.freeze({
@@ -259,3 +263,117 @@ test.serial('bad receivers: hang, trickle, 500s and resets do not hold up a heal
   t.is(attemptsPerBad, 4, 'exactly 1 + 3 retries for each message to a bad endpoint');
   t.true(rssAfter - rssBefore < 150, `worker RSS ${Math.round(rssBefore)} -> ${Math.round(rssAfter)} MB`);
 });
+
+test.serial(
+  'database outage: stopped (SIGSTOP), then refusing connections: 4xx, never 250 or 5xx; recovery without a restart',
+  async (t) => {
+    const server = await startLocalServer({
+      dataDir: mkdtempSync(path.join(os.tmpdir(), 'mailroute-outage-')),
+      ferretBackend: 'auto',
+    });
+    t.teardown(() => server.stop());
+    const uri = `${server.uri.replace(/\/$/, '')}/outage`;
+    const receiver = await WebhookReceiver.start();
+    t.teardown(() => receiver.close());
+    const service = await drillService(t, uri);
+    const api = new ApiClient(service.baseUrl, undefined, t);
+    await routeTo({ api, receiver }, 'drill.example', '/in');
+    const workersBefore = service.workerPids().filter(alive).sort();
+
+    // open-loop load at 20 messages a second: slow answers must not slow the sending
+    const phase = LONG ? 30_000 : 8000;
+    const outages: Array<{ from: number; to: number; kind: string }> = [];
+    const sends: Array<
+      Promise<{ seq: number; startedAt: number; repliedAt: number; id?: string; code?: number; text: string }>
+    > = [];
+    let seq = 0;
+    const sender = setInterval(() => {
+      const n = seq++;
+      const startedAt = Date.now();
+      sends.push(
+        sendRaw(
+          service.smtpPort,
+          { from: 'load@sender.example', to: [`user${n}@drill.example`] },
+          drillMessage(n, 2048),
+        ).then((result) => ({
+          seq: n,
+          startedAt,
+          repliedAt: Date.now(),
+          ...(result.ok ? { id: /queued as (m-\d{22})/.exec(result.response)?.[1] } : {}),
+          ...(result.responseCode ? { code: result.responseCode } : {}),
+          text: result.response,
+        })),
+      );
+    }, 50);
+    const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    const health = async () => (await fetch(`${service.baseUrl}/health`)).status;
+
+    await wait(phase / 2);
+    // 1: the database stops answering (a hung server)
+    process.kill(server.pid!()!, 'SIGSTOP');
+    outages.push({ from: Date.now(), to: 0, kind: 'stopped' });
+    await wait(phase / 2);
+    const healthWhileStopped = await health();
+    await wait(phase / 2);
+    process.kill(server.pid!()!, 'SIGCONT');
+    outages[0]!.to = Date.now();
+    await wait(phase / 2);
+    // 2: the database is gone (connections refused), then comes back on the same storage
+    const gone = Date.now();
+    process.kill(server.pid!()!, 'SIGKILL');
+    outages.push({ from: gone, to: 0, kind: 'refused' });
+    await wait(phase / 2);
+    const healthWhileGone = await health();
+    await wait(phase / 2);
+    await server.restart!();
+    outages[1]!.to = Date.now();
+    await wait(phase);
+    clearInterval(sender);
+    const results = await Promise.all(sends);
+
+    const during = (at: number) => outages.some((o) => at > o.from + 500 && at < o.to);
+    const acknowledgedDuringOutage = results.filter((r) => r.id && during(r.repliedAt));
+    const fiveHundreds = results.filter((r) => r.code !== undefined && r.code >= 500);
+    const slow = results.filter((r) => r.repliedAt - r.startedAt > 30_000);
+    const resumedAfter = outages.map((o) => {
+      const first = results
+        .filter((r) => r.id && r.startedAt >= o.to)
+        .sort((a, b) => a.repliedAt - b.repliedAt)[0];
+      return first ? first.repliedAt - o.to : Number.POSITIVE_INFINITY;
+    });
+    const store = await openStore({ uri, ensureIndexes: false });
+    t.teardown(() => store.close());
+    const records = results.map((r) => ({
+      seq: r.seq,
+      ...(r.id ? { id: r.id } : { refusal: r.text }),
+      ...(r.code ? { replyCode: r.code } : {}),
+    }));
+    const ledger = await checkLedger(store, receiver, records, 60_000);
+    report(
+      t,
+      'database outage',
+      ledger,
+      {
+        refused4xxDuringOutage: results.filter((r) => r.code && r.code < 500 && during(r.repliedAt)).length,
+        acknowledgedDuringOutage: acknowledgedDuringOutage.length,
+        fiveHundreds: fiveHundreds.length,
+        slowestReplyMs: Math.max(...results.map((r) => r.repliedAt - r.startedAt)),
+        resumedAfterMs: resumedAfter,
+        healthWhileStopped,
+        healthWhileGone,
+      },
+      [service],
+    );
+    t.is(acknowledgedDuringOutage.length, 0, 'no 250 while the database was down');
+    t.deepEqual(
+      fiveHundreds.map((r) => r.text),
+      [],
+      'never a 5xx',
+    );
+    t.is(slow.length, 0, 'every answer within 30 s');
+    t.is(healthWhileStopped, 503);
+    t.is(healthWhileGone, 503);
+    for (const ms of resumedAfter) t.true(ms <= 10_000, `acceptance resumed ${ms} ms after recovery`);
+    t.deepEqual(service.workerPids().filter(alive).sort(), workersBefore, 'no worker was restarted');
+  },
+);
