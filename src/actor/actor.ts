@@ -110,7 +110,9 @@ export class MessageActor {
         await this.persist({
           set: { state: next('queued', 'parse_failed'), error: 'raw message missing' },
           unset: ['due_at', 'lease_owner'],
-          history: [{ state: 'dlq', at: new Date(), detail: 'raw message missing: its acceptance failed (451)' }],
+          history: [
+            { state: 'dlq', at: new Date(), detail: 'raw message missing: its acceptance failed (451)' },
+          ],
         });
         return;
       }
