@@ -67,6 +67,7 @@ let announced = false;
 // milliseconds where starting a process takes a second or more.
 let standby: Worker | undefined;
 let standbyReady = false;
+let standbyWanted = false;
 
 function fork(role: 'serving' | 'standby' = 'serving'): Worker {
   const worker = cluster.fork({
@@ -86,6 +87,10 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
     if (message?.type !== 'ready') return;
     ready.add(worker.id);
     served.add(worker.id);
+    if (standbyWanted && !stopping) {
+      standbyWanted = false;
+      fork('standby');
+    }
     if (!announced && ready.size >= config.workers) {
       announced = true;
       lifecycleLog.info(
@@ -117,7 +122,8 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
       );
       if (standbyReady) standby.send({ type: 'activate' });
       standby = undefined;
-      fork('standby');
+      // the next standby starts once this one serves: two starting at once would slow both
+      standbyWanted = true;
       return;
     } // backoff is for a worker that cannot start (a crash loop); one that served and then died is
     // replaced at once, so killing workers never leaves the port without one for long
