@@ -104,6 +104,8 @@ export async function checkLedger(
   receiver: WebhookReceiver,
   records: SendRecord[],
   deadlineMs: number,
+  /** only the receiver's requests to this path belong to the load (default: all) */
+  path?: string,
 ): Promise<LedgerReport> {
   const acknowledged = records.filter((r) => r.id);
   const ids = acknowledged.map((r) => r.id!);
@@ -126,7 +128,7 @@ export async function checkLedger(
   // what the receiver got, by sequence number and webhook-id
   const received = new Map<number, Set<string>>();
   const acceptedPerWebhookId = new Map<string, number>();
-  for (const request of receiver.requests) {
+  for (const request of path ? receiver.to(path) : receiver.requests) {
     let seq: number;
     try {
       seq = Number(JSON.parse(request.body.toString()).headers['x-seq']);

@@ -9,10 +9,11 @@ import { startLocalServer } from '../../src/store/local-server.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
-import { databaseFor, routeTo } from '../_support/pipeline.ts';
+import { mimeBombs } from '../_support/mime-bombs.ts';
+import { databaseFor, routeTo, waitForState } from '../_support/pipeline.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { type ServiceProcess, startService } from '../_support/service.ts';
-import { sendRaw } from '../_support/smtp.ts';
+import { sendExact, sendRaw } from '../_support/smtp.ts';
 
 const LONG = process.env.FAULTS_SCALE === 'long';
 const DRILL_ENV = Object.freeze({
@@ -375,5 +376,55 @@ test.serial(
     t.is(healthWhileGone, 503);
     for (const ms of resumedAfter) t.true(ms <= 10_000, `acceptance resumed ${ms} ms after recovery`);
     t.deepEqual(service.workerPids().filter(alive).sort(), workersBefore, 'no worker was restarted');
+  },
+);
+
+test.serial(
+  'parser bombs: 50 hostile messages among normal load; the normal ones are unaffected',
+  async (t) => {
+    const { uri, receiver, store } = await setup(t, 'drillbombs');
+    const service = await drillService(t, uri);
+    const api = new ApiClient(service.baseUrl, undefined, t);
+    await routeTo({ api, receiver }, 'drill.example', '/in', 'user*');
+    await routeTo({ api, receiver }, 'drill.example', '/bombs', 'bomb*');
+    const workersBefore = service.workerPids().filter(alive).sort();
+    const corpus = mimeBombs();
+    const bombs = Array.from({ length: 50 }, (_, i) => corpus[i % corpus.length]!);
+    const normal = runLoad({
+      messages: LONG ? 1000 : 200,
+      sessions: 8,
+      size: 4096,
+      domain: 'drill.example',
+      port: () => service.smtpPort,
+    });
+    const bombIds: string[] = [];
+    let refusedBombs = 0;
+    for (const [i, bomb] of bombs.entries()) {
+      const reply = await sendExact(
+        service.smtpPort,
+        { from: 'bomber@sender.example', to: [`bomb${i}@drill.example`] },
+        bomb.raw,
+      );
+      const id = /queued as (m-\d{22})/.exec(reply)?.[1];
+      if (id) bombIds.push(id);
+      else refusedBombs++;
+    }
+    const records = await normal;
+    const ledger = await checkLedger(store, receiver, records, 90_000, '/in');
+    const bombStates = new Map<string, number>();
+    for (const id of bombIds) {
+      const message = await waitForState(api, id, ['delivered', 'dlq'], 60_000);
+      bombStates.set(message.state, (bombStates.get(message.state) ?? 0) + 1);
+    }
+    report(
+      t,
+      'parser bombs',
+      ledger,
+      { bombsSent: bombs.length, bombsRefused: refusedBombs, bombs: Object.fromEntries(bombStates) },
+      [service],
+    );
+    t.is(ledger.delivered, ledger.acknowledged, 'every normal message delivered');
+    t.is(bombIds.length + refusedBombs, bombs.length);
+    t.deepEqual(service.workerPids().filter(alive).sort(), workersBefore, 'no worker died');
   },
 );

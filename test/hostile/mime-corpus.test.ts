@@ -17,7 +17,7 @@ import {
   payloadProblem,
 } from '../_support/mime-bombs.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
-import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { acceptedId, sendExact, sendRaw } from '../_support/smtp.ts';
 
 const MIB = 1024 * 1024;
 const BOMBS = mimeBombs();
@@ -304,54 +304,6 @@ test.serial(
 // --- end to end ---------------------------------------------------------------------------------
 
 const QUEUED_AS = /queued as (m-\d{22})/;
-
-/**
- * DATA content for `raw` exactly as a hostile client would send it: dot-stuffed (a "." after any
- * LF is doubled, since that is what the server unstuffs) and terminated. nodemailer is not used
- * for bombs because it rewrites bare CR and LF to CRLF, which turns some bombs into other messages
- * (1 MiB of junk gains a "Name:" line and parses). The server keeps the CRLF before the final dot,
- * so a bomb that does not end in CRLF arrives with one added.
- */
-function dataFor(raw: Buffer): Buffer {
-  const parts: Buffer[] = [];
-  let from = 0;
-  if (raw[0] === 0x2e) parts.push(Buffer.from('.'));
-  for (let dot = raw.indexOf('\n.'); dot !== -1; dot = raw.indexOf('\n.', dot + 1)) {
-    parts.push(raw.subarray(from, dot + 1), Buffer.from('.'));
-    from = dot + 1;
-  }
-  parts.push(raw.subarray(from));
-  const endsWithCrlf = raw.length >= 2 && raw[raw.length - 2] === 0x0d && raw[raw.length - 1] === 0x0a;
-  parts.push(Buffer.from(raw.length === 0 || endsWithCrlf ? '.\r\n' : '\r\n.\r\n'));
-  return Buffer.concat(parts);
-}
-
-/** One SMTP session sending `raw` byte for byte; resolves the reply to the end of data. */
-async function sendExact(
-  port: number,
-  envelope: { from: string; to: string[] },
-  raw: Buffer,
-): Promise<string> {
-  const { dialog } = await SmtpDialog.open(port);
-  try {
-    await dialog.send('EHLO bombs.example');
-    const mailFrom = await dialog.send(`MAIL FROM:<${envelope.from}>`);
-    if (!mailFrom.startsWith('250')) return mailFrom;
-    for (const to of envelope.to) {
-      const rcpt = await dialog.send(`RCPT TO:<${to}>`);
-      if (!rcpt.startsWith('250')) return rcpt;
-    }
-    const data = await dialog.send('DATA');
-    if (!data.startsWith('354')) return data;
-    dialog.write(dataFor(raw));
-    // the largest bomb is 28 MB through loopback, read to the end even when refused
-    const reply = await dialog.reply(60_000);
-    await dialog.send('QUIT').catch(() => '');
-    return reply;
-  } finally {
-    dialog.close();
-  }
-}
 
 interface Sent {
   name: string;
