@@ -38,7 +38,8 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const clientOptions: MongoClientOptions = {
     serverSelectionTimeoutMS: options.serverSelectionTimeoutMs ?? 5000,
     connectTimeoutMS: 5000,
-    // a stalled server must not hold an SMTP session for long: the sender retries on 451
+    // a stalled server must not hold an SMTP session for long: the sender retries on 451. (15 s was
+    // tried: dropping connections mid-operation then left FerretDB over PostgreSQL not serving.)
     socketTimeoutMS: 30_000,
     maxPoolSize: 50,
     appName: 'mailroute',

@@ -110,10 +110,16 @@ export async function checkLedger(
   const acknowledged = records.filter((r) => r.id);
   const ids = acknowledged.map((r) => r.id!);
   const deadline = Date.now() + deadlineMs;
-  let docs = await store.messages.find({ _id: { $in: ids } }, { projection: { state: 1 } }).toArray();
-  while (docs.some((d) => !FINAL.has(d.state)) && Date.now() < deadline) {
+  // a drill may have just brought the database back: a failed look is tried again, not fatal
+  const look = () =>
+    store.messages
+      .find({ _id: { $in: ids } }, { projection: { state: 1 }, maxTimeMS: 5000 })
+      .toArray()
+      .catch(() => undefined);
+  let docs = (await look()) ?? [];
+  while ((docs.length < ids.length || docs.some((d) => !FINAL.has(d.state))) && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 250));
-    docs = await store.messages.find({ _id: { $in: ids } }, { projection: { state: 1 } }).toArray();
+    docs = (await look()) ?? docs;
   }
   const stateById = new Map(docs.map((d) => [d._id, d.state]));
   const problems: string[] = [];
