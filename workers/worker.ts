@@ -4,13 +4,19 @@
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { recordProcessStats } from '../src/service/process-stats.ts';
 import { prepareWorkerService } from '../src/service/worker-service.ts';
 import { openStore } from '../src/store/mongo.ts';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'worker' });
 
-const store = await openStore({ uri: config.mongodbUri, ensureIndexes: false });
+const store = await openStore({
+  uri: config.mongodbUri,
+  ensureIndexes: false,
+  monitorCommands: Boolean(config.statsFile),
+});
+const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
 const service = await prepareWorkerService({ config, store, logger });
 async function activate(): Promise<void> {
   await service.listen();
@@ -25,6 +31,7 @@ async function shutdown(): Promise<void> {
   stopping = true;
   await service.stop();
   await store.close();
+  stats?.write();
   logger.info({ event: EVENTS.serviceStopped }, 'worker stopped');
   process.exit(0);
 }

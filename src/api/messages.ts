@@ -5,6 +5,7 @@ import { STATES } from '../actor/machine.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { getMessage, listMessages, type MessageDoc, type MessageQuery } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
+import { openRawStream } from '../store/raw.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
@@ -105,7 +106,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
   app.get<{ Params: { id: string } }>('/messages/:id/raw', async (request, reply) => {
     const doc = await getMessage(store, request.params.id);
     if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
-    return reply.type('message/rfc822').send(store.raw.openDownloadStream(doc.raw_id));
+    return reply.type('message/rfc822').send(await openRawStream(store, doc.raw_id));
   });
 
   app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {

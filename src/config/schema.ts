@@ -255,6 +255,15 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => false,
     parse: boolean,
   } satisfies Setting<boolean>,
+  statsFile: {
+    env: 'STATS_FILE',
+    flag: 'stats-file',
+    defaultText: 'empty (off)',
+    description:
+      'Diagnostics for benchmarks: each worker counts its database commands and measures event-loop delay, and appends them to this file as a JSON line when it stops',
+    defaultValue: () => '',
+    parse: text(),
+  } satisfies Setting<string>,
 });
 
 type Settings = typeof SETTINGS;

@@ -3,8 +3,9 @@
 import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
+import { Batcher } from './batcher.ts';
 import { isDuplicateKey, isId } from './ids.ts';
-import { DURABLE, isTransient, type Store } from './mongo.ts';
+import { insertEach, isTransient, type Store } from './mongo.ts';
 
 export interface HistoryEntry {
   state: MessageState;
@@ -108,7 +109,8 @@ export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Prom
   await pRetry(
     async () => {
       try {
-        await store.messages.insertOne(doc, { writeConcern: DURABLE });
+        const outcome = await writeBatchers(store).inserts.submit(doc);
+        if (outcome) throw outcome;
       } catch (err) {
         if (
           isDuplicateKey(err) &&
@@ -144,17 +146,78 @@ export async function writeAsOwner(
   owner: Ownership,
   update: UpdateFilter<MessageDoc>,
 ): Promise<number | undefined> {
-  // a busy or briefly unreachable database is tried again; if a retried write had in fact been
-  // applied, the version no longer matches and the actor stops: the lease hands the message on
-  const result = await pRetry(
-    () =>
-      store.messages.updateOne(
-        { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
-        { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
-      ),
-    { retries: 3, minTimeout: 50, maxTimeout: 500, shouldRetry: ({ error }) => isTransient(error) },
+  // a busy or briefly unreachable database is tried again; a retried write that had in fact been
+  // applied is recognised by the version it left (see applyOwnerWrites)
+  const applied = await pRetry(() => writeBatchers(store).ownerWrites.submit({ owner, update }), {
+    retries: 3,
+    minTimeout: 50,
+    maxTimeout: 500,
+    shouldRetry: ({ error }) => isTransient(error),
+  });
+  return applied ? owner.version + 1 : undefined;
+}
+
+interface OwnerWrite {
+  owner: Ownership;
+  update: UpdateFilter<MessageDoc>;
+}
+
+/**
+ * The owners' writes of many messages in one unordered bulk update: one round trip for all the
+ * actors that wrote at the same moment. When fewer matched than were sent, some fence held (the
+ * message was taken over) or a retry finds its own earlier write applied: the versions read back
+ * tell which writes are in (same epoch, version one past the expected one).
+ */
+async function applyOwnerWrites(store: Store, writes: OwnerWrite[]): Promise<boolean[]> {
+  const result = await store.messages.bulkWrite(
+    writes.map(({ owner, update }) => ({
+      updateOne: {
+        filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
+        update: { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
+      },
+    })),
+    { ordered: false },
   );
-  return result.matchedCount === 1 ? owner.version + 1 : undefined;
+  if (result.matchedCount === writes.length) return writes.map(() => true);
+  const now = await store.messages
+    .find(
+      { _id: { $in: writes.map((w) => w.owner.id) } },
+      { projection: { _id: 1, lease_epoch: 1, version: 1 } },
+    )
+    .toArray();
+  const byId = new Map(now.map((doc) => [doc._id, doc]));
+  return writes.map(({ owner }) => {
+    const doc = byId.get(owner.id);
+    return doc?.lease_epoch === owner.epoch && doc.version === owner.version + 1;
+  });
+}
+
+interface WriteBatchers {
+  inserts: Batcher<MessageDoc, Error | undefined>;
+  ownerWrites: Batcher<OwnerWrite, boolean>;
+}
+
+const batchers = new WeakMap<Store, WriteBatchers>();
+
+/** The hot path's writes, coalesced per connection: see batcher.ts. */
+function writeBatchers(store: Store): WriteBatchers {
+  let found = batchers.get(store);
+  if (!found) {
+    found = {
+      inserts: new Batcher({
+        maxInFlight: 4,
+        maxBatch: 100,
+        flush: (docs) => insertEach(store.messages, docs),
+      }),
+      ownerWrites: new Batcher({
+        maxInFlight: 4,
+        maxBatch: 100,
+        flush: (writes) => applyOwnerWrites(store, writes),
+      }),
+    };
+    batchers.set(store, found);
+  }
+  return found;
 }
 
 /** Messages that need an owner: lease expired, or a retry due. Oldest first. */

@@ -1,7 +1,14 @@
 // The MongoDB connection, the collections and the indexes the queries need (created idempotently
 // at startup). Works unchanged on MongoDB 7+ and FerretDB 1.24: no transactions, no change
 // streams, no TTL indexes, no keys with '.' or a leading '$'.
-import { type Collection, type Db, GridFSBucket, MongoClient, type MongoClientOptions } from 'mongodb';
+import {
+  type Collection,
+  type Db,
+  GridFSBucket,
+  type MongoBulkWriteError,
+  MongoClient,
+  type MongoClientOptions,
+} from 'mongodb';
 import type { DomainDoc } from './domains.ts';
 import type { LeaseDoc, MessageDoc } from './messages.ts';
 import type { RouteDoc } from './routes.ts';
@@ -29,6 +36,8 @@ export interface OpenStoreOptions {
   serverSelectionTimeoutMs?: number;
   /** create indexes (the primary does it once; workers skip it) */
   ensureIndexes?: boolean;
+  /** emit the driver's command events (STATS_FILE counts them); off by default: it costs a little */
+  monitorCommands?: boolean;
 }
 
 /** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
@@ -43,6 +52,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     socketTimeoutMS: 30_000,
     maxPoolSize: 50,
     appName: 'mailroute',
+    monitorCommands: options.monitorCommands ?? false,
   };
   const client = new MongoClient(options.uri, clientOptions);
   await client.connect();
@@ -109,4 +119,28 @@ export function isTransient(err: unknown): boolean {
   if (isDatabaseUnavailable(err)) return true;
   const message = err instanceof Error ? err.message : '';
   return /SQLITE_BUSY|database is locked|deadlock|could not serialize/i.test(message);
+}
+
+/**
+ * insertMany, unordered, durable; one outcome per document (undefined: stored). A failure of the
+ * whole command (the database unreachable) rejects, and every caller sees it.
+ */
+export async function insertEach<T extends { _id: unknown }>(
+  collection: Collection<T>,
+  docs: T[],
+): Promise<Array<Error | undefined>> {
+  try {
+    await collection.insertMany(docs as never[], { ordered: false, writeConcern: DURABLE });
+    return docs.map(() => undefined);
+  } catch (err) {
+    const writeErrors = (err as Partial<MongoBulkWriteError>).writeErrors;
+    if (!writeErrors) throw err;
+    const outcomes: Array<Error | undefined> = docs.map(() => undefined);
+    for (const writeError of Array.isArray(writeErrors) ? writeErrors : [writeErrors]) {
+      const failure = new Error(writeError.errmsg ?? 'write failed') as Error & { code?: number };
+      failure.code = writeError.code;
+      outcomes[writeError.index] = failure;
+    }
+    return outcomes;
+  }
 }

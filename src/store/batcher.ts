@@ -1,0 +1,50 @@
+// Coalesces concurrent writes into one database command: while a command is in flight, the writes
+// that arrive wait and then go together. A lone write goes at once (no timer, no added latency);
+// under load, many messages share one round trip and one commit.
+
+export interface BatcherOptions<Op, Result> {
+  /** performs the writes together; the results in the same order (one rejection fails them all) */
+  flush(ops: Op[]): Promise<Result[]>;
+  /** commands in flight at once: lets the database work on several while batches form */
+  maxInFlight: number;
+  /** most writes in one command */
+  maxBatch: number;
+}
+
+export class Batcher<Op, Result> {
+  private readonly options: BatcherOptions<Op, Result>;
+  private queue: Array<{ op: Op; resolve: (result: Result) => void; reject: (err: unknown) => void }> = [];
+  private inFlight = 0;
+
+  constructor(options: BatcherOptions<Op, Result>) {
+    this.options = options;
+  }
+
+  submit(op: Op): Promise<Result> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ op, resolve, reject });
+      this.drain();
+    });
+  }
+
+  private drain(): void {
+    while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.options.maxBatch);
+      this.inFlight++;
+      this.options
+        .flush(batch.map((entry) => entry.op))
+        .then(
+          (results) => {
+            for (const [i, entry] of batch.entries()) entry.resolve(results[i] as Result);
+          },
+          (err: unknown) => {
+            for (const entry of batch) entry.reject(err);
+          },
+        )
+        .finally(() => {
+          this.inFlight--;
+          this.drain();
+        });
+    }
+  }
+}

@@ -1,0 +1,87 @@
+// The database round trips of the hot path, counted by the service itself (STATS_FILE: the
+// driver's command monitoring): a message alone costs at most 4, and messages accepted at the
+// same moment share their commands.
+import { mkdtempSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import test, { type ExecutionContext } from 'ava';
+import type { ProcessStats } from '../../src/service/process-stats.ts';
+import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { acceptedId, sendRaw } from '../_support/smtp.ts';
+
+const message = (n: number) =>
+  `From: a@sender.example\r\nTo: u${n}@trips.example\r\nSubject: trips ${n}\r\nMessage-ID: <trips-${n}@sender.example>\r\n\r\nbody ${n}\r\n`;
+
+/** Starts the service with STATS_FILE; `finish` stops it gracefully and sums the workers' commands. */
+async function countedPipeline(t: ExecutionContext) {
+  const statsFile = path.join(mkdtempSync(path.join(os.tmpdir(), 'mailroute-trips-')), 'stats.jsonl');
+  // a long lease: no renewal write while a message is in flight
+  const pipe = await startPipeline(t, { env: { STATS_FILE: statsFile, LEASE_TIME: '30s' }, label: 'trips' });
+  await routeTo(pipe, 'trips.example', '/in');
+  return {
+    ...pipe,
+    async finish(): Promise<Record<string, number>> {
+      t.is(await pipe.service.stop('SIGTERM'), 0);
+      const totals: Record<string, number> = {};
+      for (const line of readFileSync(statsFile, 'utf8').trim().split('\n')) {
+        const stats = JSON.parse(line) as ProcessStats;
+        for (const [name, count] of Object.entries(stats.commands))
+          totals[name] = (totals[name] ?? 0) + count;
+      }
+      return totals;
+    },
+  };
+}
+
+test.serial(
+  'a message alone: at most 4 writes from SMTP to delivered (raw, record, routed, delivered)',
+  async (t) => {
+    const pipe = await countedPipeline(t);
+    // the route and domain lookups of the first recipient fill the cache: not part of the hot path
+    const warmup = acceptedId(
+      await sendRaw(
+        pipe.service.smtpPort,
+        { from: 'a@sender.example', to: ['u0@trips.example'] },
+        message(0),
+      ),
+    );
+    await waitForState(pipe.api, warmup, ['delivered']);
+    const ids: string[] = [];
+    for (let n = 1; n <= 5; n++) {
+      const id = acceptedId(
+        await sendRaw(
+          pipe.service.smtpPort,
+          { from: 'a@sender.example', to: [`u${n}@trips.example`] },
+          message(n),
+        ),
+      );
+      await waitForState(pipe.api, id, ['delivered']);
+      ids.push(id);
+    }
+    const commands = await pipe.finish();
+    t.log(commands);
+    t.is(pipe.receiver.requests.length, 6);
+    // six messages one after the other: nothing to batch, so this is the per-message cost
+    // (plus the 2 inserts of POST /domains and POST /routes)
+    t.true((commands.insert ?? 0) <= 6 * 2 + 2, `insert commands: ${commands.insert}`);
+    t.true((commands.update ?? 0) <= 6 * 2, `update commands: ${commands.update}`);
+    t.is(commands.delete ?? 0, 0);
+  },
+);
+
+test.serial('messages accepted at the same moment share their insert and update commands', async (t) => {
+  const pipe = await countedPipeline(t);
+  const count = 40;
+  const sent = await Promise.all(
+    Array.from({ length: count }, (_, n) =>
+      sendRaw(pipe.service.smtpPort, { from: 'a@sender.example', to: [`u${n}@trips.example`] }, message(n)),
+    ),
+  );
+  for (const result of sent) await waitForState(pipe.api, acceptedId(result), ['delivered']);
+  const commands = await pipe.finish();
+  t.log(commands);
+  t.is(new Set(pipe.receiver.requests.map((r) => r.headers['webhook-id'])).size, count);
+  // unbatched, each message would cost 2 inserts and 2 updates
+  t.true((commands.insert ?? 0) - 2 < count * 2, `insert commands: ${commands.insert} for ${count} messages`);
+  t.true((commands.update ?? 0) < count * 2, `update commands: ${commands.update} for ${count} messages`);
+});
