@@ -50,7 +50,11 @@ try {
 // Port 0 is resolved here, once: a worker restarted later must listen where the others do (with
 // port 0 node:cluster would give a lone replacement worker a new random port).
 const httpPort = config.httpPort || (await freePort(config.httpHost));
-const smtpPort = config.smtpPort || (await freePort(config.smtpHost));
+let smtpPort = config.smtpPort;
+// two probes can be handed the same free port in turn: the second listener would then fail
+if (!smtpPort)
+  do smtpPort = await freePort(config.smtpHost);
+  while (smtpPort === httpPort);
 cluster.setupPrimary({
   exec: fileURLToPath(new URL('./worker.ts', import.meta.url)),
   // flags win over the environment, and the last of a repeated flag wins
