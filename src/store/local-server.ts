@@ -39,8 +39,11 @@ function createPostgresDatabase(): { url: string; drop(): void } | undefined {
   const base = process.env.FERRETDB_POSTGRESQL_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   if (!findExecutable('psql')) return undefined;
   const name = `ferretdb_${process.pid}_${Date.now().toString(36)}`;
+  // psql refuses the query parameters meant for FerretDB's pool (pool_max_conns, say)
+  const admin = new URL(base);
+  admin.search = '';
   const psql = (sql: string) =>
-    spawnSync('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qtAc', sql], {
+    spawnSync('psql', [admin.href, '-v', 'ON_ERROR_STOP=1', '-qtAc', sql], {
       stdio: ['ignore', 'ignore', 'pipe'],
       timeout: 10_000,
     });

@@ -209,9 +209,12 @@ function writeBatchers(store: Store): WriteBatchers {
         maxBatch: 100,
         flush: (docs) => insertEach(store.messages, docs),
       }),
+      // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL
+      // connection) open until the whole command ends, and waits for one more for each write; a
+      // bulk update as large as its pool (50) deadlocks the server for good
       ownerWrites: new Batcher({
-        maxInFlight: 4,
-        maxBatch: 100,
+        maxInFlight: 2,
+        maxBatch: 8,
         flush: (writes) => applyOwnerWrites(store, writes),
       }),
     };

@@ -40,6 +40,15 @@ export interface OpenStoreOptions {
   monitorCommands?: boolean;
 }
 
+/**
+ * Connections per process. Writes are batched across messages, so a few connections carry a
+ * worker's load. Kept small also because FerretDB 1.24 deadlocks when as many operations are in
+ * flight as its PostgreSQL pool has connections (pool_max_conns, 50 by default): an update holds
+ * one connection for its query while it waits for a second one for its write. 10 per process
+ * keeps a primary, its workers and a standby well below that.
+ */
+export const DEFAULT_POOL_SIZE = 10;
+
 /** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
 export const DURABLE = Object.freeze({ w: 'majority', j: true } as const);
 
@@ -50,7 +59,8 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     // a stalled server must not hold an SMTP session for long: the sender retries on 451. (15 s was
     // tried: dropping connections mid-operation then left FerretDB over PostgreSQL not serving.)
     socketTimeoutMS: 30_000,
-    maxPoolSize: 50,
+    // MONGODB_URI's own maxPoolSize wins (the driver would otherwise take ours over it)
+    ...(/[?&]maxPoolSize=/i.test(options.uri) ? {} : { maxPoolSize: DEFAULT_POOL_SIZE }),
     appName: 'mailroute',
     monitorCommands: options.monitorCommands ?? false,
   };
