@@ -98,6 +98,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       lease_epoch: 1,
       lease_owner: actors.owner,
       due_at: new Date(receivedAt.getTime() + config.leaseTime),
+      scheduled: true,
     };
     await insertAcceptedMessage(store, doc);
     return doc;

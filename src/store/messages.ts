@@ -59,6 +59,9 @@ export interface MessageDoc {
   lease_owner?: string;
   /** when the message needs attention next (lease expiry or retry time); absent once final */
   due_at?: Date;
+  /** true exactly while due_at is set: the scheduler's filter is an equality, which FerretDB 1.24
+   * evaluates in PostgreSQL (it would decode every message in the collection for a range on due_at) */
+  scheduled?: true;
   error?: string;
   /** parse-pool failures (a crashed thread, a full queue); past a bound the message is dead-lettered */
   parse_failures?: number;
@@ -148,12 +151,15 @@ export async function writeAsOwner(
 ): Promise<number | undefined> {
   // a busy or briefly unreachable database is tried again; a retried write that had in fact been
   // applied is recognised by the version it left (see applyOwnerWrites)
-  const applied = await pRetry(() => writeBatchers(store).ownerWrites.submit({ owner, update }), {
-    retries: 3,
-    minTimeout: 50,
-    maxTimeout: 500,
-    shouldRetry: ({ error }) => isTransient(error),
-  });
+  const applied = await pRetry(
+    () => writeBatchers(store).ownerWrites.submit({ owner, update: scheduling(update) }),
+    {
+      retries: 3,
+      minTimeout: 50,
+      maxTimeout: 500,
+      shouldRetry: ({ error }) => isTransient(error),
+    },
+  );
   return applied ? owner.version + 1 : undefined;
 }
 
@@ -223,6 +229,14 @@ function writeBatchers(store: Store): WriteBatchers {
   return found;
 }
 
+/** `scheduled` follows `due_at`: set with it, removed with it (one place for the rule). */
+function scheduling(update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> {
+  if (update.$unset && 'due_at' in update.$unset)
+    return { ...update, $unset: { ...update.$unset, scheduled: '' } };
+  if (update.$set && 'due_at' in update.$set) return { ...update, $set: { ...update.$set, scheduled: true } };
+  return update;
+}
+
 /** Messages that need an owner: lease expired, or a retry due. Oldest first. */
 export function findDue(
   store: Store,
@@ -230,7 +244,7 @@ export function findDue(
   limit: number,
 ): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch'>>> {
   return store.messages
-    .find({ due_at: { $lte: now } }, { projection: { _id: 1, lease_epoch: 1 } })
+    .find({ scheduled: true, due_at: { $lte: now } }, { projection: { _id: 1, lease_epoch: 1 } })
     .sort({ due_at: 1 })
     .limit(limit)
     .toArray();
@@ -271,27 +285,13 @@ export async function claimMessage(
         store.messages.findOneAndUpdate(
           { _id: id, lease_epoch: currentEpoch },
           {
-            $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt },
+            $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
             $inc: { version: 1, claims: 1 },
           },
           { returnDocument: 'after' },
         ),
       { retries: 3, minTimeout: 50, maxTimeout: 500, shouldRetry: ({ error }) => isTransient(error) },
     )) ?? undefined
-  );
-}
-
-/** Extends the leases of the messages this owner holds; one round trip for all of them. */
-export async function renewLeases(
-  store: Store,
-  owner: string,
-  ids: string[],
-  leaseMs: number,
-): Promise<void> {
-  if (ids.length === 0) return;
-  await store.messages.updateMany(
-    { _id: { $in: ids }, lease_owner: owner },
-    { $set: { due_at: new Date(Date.now() + leaseMs) } },
   );
 }
 

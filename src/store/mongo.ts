@@ -101,9 +101,15 @@ export async function ensureIndexes(store: Store): Promise<void> {
     store.messages.createIndex({ received_at: -1, _id: -1 }, { name: 'newest_first' }),
     store.messages.createIndex({ state: 1, received_at: -1, _id: -1 }, { name: 'state_newest_first' }),
     store.messages.createIndex({ domains: 1, received_at: -1, _id: -1 }, { name: 'domain_newest_first' }),
-    store.messages.createIndex({ due_at: 1 }, { name: 'due' }),
+    store.messages.createIndex({ scheduled: 1, due_at: 1 }, { name: 'scheduled_due' }),
     store.leases.createIndex({ expires_at: 1 }, { name: 'expiry' }),
   ]);
+  // records written before `scheduled` existed (0.1.0 development builds), and their old index
+  await store.messages.updateMany(
+    { due_at: { $exists: true }, scheduled: { $exists: false } },
+    { $set: { scheduled: true } },
+  );
+  await store.messages.dropIndex('due').catch(() => {});
 }
 
 const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([

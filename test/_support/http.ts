@@ -53,7 +53,7 @@ export class ApiClient {
     if (contentType.startsWith('application/json') && text) parsed = JSON.parse(text);
     const check = checkResponse(method, path, response.status, contentType, text === '' ? undefined : parsed);
     if (!check.ok) {
-      if (this.t) this.t.fail(`openapi.yaml mismatch: ${check.problem}`);
+      if (this.t) this.t.fail(`openapi.yaml mismatch: ${check.problem} ${text.slice(0, 300)}`);
       else throw new Error(`openapi.yaml mismatch: ${check.problem}`);
     }
     return { status: response.status, headers: response.headers, body: parsed as T, text };

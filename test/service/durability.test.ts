@@ -210,6 +210,7 @@ test.serial(
       lease_epoch: 6,
       lease_owner: 'a-process-that-died',
       due_at: new Date(now.getTime() - 1000),
+      scheduled: true,
       claims: 4,
     });
     const message = await waitForState(api, id, ['dlq']);
