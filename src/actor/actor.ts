@@ -52,6 +52,33 @@ function releaseChange(deliveries: readonly DeliveryDoc[]): Change {
   return { set: { due_at: new Date(Math.min(...waiting)) }, unset: ['lease_owner'] };
 }
 
+/** Two changes as one write: `later` wins on the same field; history and attempts in order. */
+function mergeChanges(earlier: Change, later: Change): Change {
+  const unset = [...(earlier.unset ?? []), ...(later.unset ?? [])].filter(
+    (key) => !(later.set && key in later.set),
+  );
+  const set = { ...earlier.set, ...later.set };
+  for (const key of later.unset ?? []) delete set[key];
+  return {
+    set,
+    ...(unset.length ? { unset: [...new Set(unset)] } : {}),
+    history: [...(earlier.history ?? []), ...(later.history ?? [])],
+    attempts: [...(earlier.attempts ?? []), ...(later.attempts ?? [])],
+  };
+}
+
+/** The document as it is once the change is written. */
+function applyChange(doc: MessageDoc, change: Change): MessageDoc {
+  const next: MessageDoc = {
+    ...doc,
+    ...change.set,
+    history: [...doc.history, ...(change.history ?? [])],
+    attempts: [...doc.attempts, ...(change.attempts ?? [])],
+  };
+  for (const key of change.unset ?? []) delete next[key];
+  return next;
+}
+
 function next(state: MessageState, event: MessageEvent): MessageState {
   const result = transition(state, event);
   if (!result.ok) throw new Error(`invalid transition: ${state} --${event}-->`);
@@ -76,6 +103,8 @@ export class MessageActor {
   /** fenced writes go one at a time: each expects the version the previous one produced */
   private writes: Promise<unknown> = Promise.resolve();
   private lost = false;
+  /** taken in memory, written with the next write (see `defer`) */
+  private deferred: Change | undefined;
 
   constructor(deps: ActorDeps, doc: MessageDoc) {
     this.deps = deps;
@@ -148,11 +177,15 @@ export class MessageActor {
     });
   }
 
-  /** Queues one fenced write; a function is given the current document, so it decides in turn. */
+  /**
+   * Queues one fenced write; a function is given the current document, so it decides in turn. A
+   * deferred change (see `defer`) goes in the same write, before this one.
+   */
   private persist(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
     const write = this.writes.then(async () => {
       if (this.lost) throw new OwnershipLost();
-      const change = typeof changeOrDecide === 'function' ? changeOrDecide(this.doc) : changeOrDecide;
+      const own = typeof changeOrDecide === 'function' ? changeOrDecide(this.doc) : changeOrDecide;
+      const change = this.deferred ? mergeChanges(this.deferred, own) : own;
       const update: UpdateFilter<MessageDoc> = {};
       if (change.set) update.$set = change.set;
       if (change.unset) update.$unset = Object.fromEntries(change.unset.map((key) => [key, '']));
@@ -160,23 +193,28 @@ export class MessageActor {
       if (change.history?.length) push.history = { $each: change.history };
       if (change.attempts?.length) push.attempts = { $each: change.attempts };
       if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
+      this.deferred = undefined;
       const version = await writeAsOwner(this.deps.store, this.owner, update);
       if (version === undefined) {
         this.lost = true;
         throw new OwnershipLost();
       }
       this.owner = { ...this.owner, version };
-      this.doc = {
-        ...this.doc,
-        ...change.set,
-        version,
-        history: [...this.doc.history, ...(change.history ?? [])],
-        attempts: [...this.doc.attempts, ...(change.attempts ?? [])],
-      };
-      for (const key of change.unset ?? []) delete this.doc[key];
+      this.doc = { ...applyChange(this.doc, own), version };
     });
     this.writes = write.catch(() => {});
     return write;
+  }
+
+  /**
+   * Takes a change in memory now and writes it with the next one. The routing decision waits for
+   * the first attempt's outcome this way: one write per delivered message instead of two. If the
+   * process dies in between, nothing of it was stored, and whoever takes the message over parses
+   * and routes it again; the webhook-id is the same, so the receiver can tell a repeated POST.
+   */
+  private defer(change: Change): void {
+    this.deferred = this.deferred ? mergeChanges(this.deferred, change) : change;
+    this.doc = applyChange(this.doc, change);
   }
 
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
@@ -232,13 +270,17 @@ export class MessageActor {
       return undefined;
     }
     const routed = next(parsed, 'route');
-    await this.persist({
+    const routing: Change = {
       set: { ...summary, state: aggregateState(deliveries.map((d) => d.state)), deliveries },
       history: [
         { state: 'parsed', at },
         ...pending.map((d) => ({ state: routed, at, delivery: d.id, detail: `route ${d.route_id}` })),
       ],
-    });
+    };
+    // a message taken over is written routed at once: if its owners keep dying mid-POST, it must
+    // not look like one whose parsing kills them (the poison rule counts takeovers while queued)
+    if (this.doc.claims) await this.persist(routing);
+    else this.defer(routing);
     return new Map(output.bodies.map((body) => [body.key, body]));
   }
 
