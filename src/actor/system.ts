@@ -12,6 +12,7 @@ import {
   findDue,
   getMessage,
   type MessageDoc,
+  removeAbandonedRecords,
 } from '../store/messages.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 
@@ -24,6 +25,9 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
 export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state';
 
 const LEASE_CLEANUP_EVERY_MS = 60_000;
+/** how often, and how long, a refused acceptance's late writes are looked for and removed */
+const ABANDONED_RETRY_MS = 1000;
+const ABANDONED_WATCH_MS = 10 * 60_000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
 const LEASE_KEEP_MS = 60 * 60_000;
 
@@ -36,6 +40,8 @@ export class ActorSystem {
   private readonly maxActors: number;
   private readonly pollMs: number;
   private timers: NodeJS.Timeout[] = [];
+  /** acceptances answered 451 whose record may still land: id -> when to stop looking */
+  private readonly abandoned = new Map<string, number>();
   private polling = false;
   private stopping: Promise<void> | undefined;
 
@@ -63,6 +69,30 @@ export class ActorSystem {
       () => deleteExpiredLeases(this.options.store, new Date(Date.now() - LEASE_KEEP_MS)),
       LEASE_CLEANUP_EVERY_MS,
     );
+    schedule(() => this.removeAbandoned(), ABANDONED_RETRY_MS);
+  }
+
+  /**
+   * The sender of this message was told 451 (storing failed or took too long), so it will send it
+   * again; but a stalled database may still apply the insert that was in flight. For a while this
+   * process removes such a record whenever it appears (its raw bytes are left: disk, not mail), and
+   * never claims the message itself.
+   */
+  abandon(id: string): void {
+    this.abandoned.set(id, Date.now() + ABANDONED_WATCH_MS);
+  }
+
+  private async removeAbandoned(): Promise<void> {
+    if (this.abandoned.size === 0) return;
+    const now = Date.now();
+    for (const [id, until] of this.abandoned) if (now > until) this.abandoned.delete(id);
+    const ids = [...this.abandoned.keys()];
+    const removed = await removeAbandonedRecords(this.options.store, ids);
+    if (removed > 0)
+      this.deps.logger.warn(
+        { event: EVENTS.smtpStoreFailed, removed },
+        'removed records of messages answered 451 that were stored after all',
+      );
   }
 
   /** Drives a message this process has just accepted (it owns epoch 1 from the insert). */
@@ -115,7 +145,7 @@ export class ActorSystem {
       const due = await findDue(this.options.store, new Date(), Math.min(capacity, 100));
       for (const candidate of due) {
         if (this.stopping) return;
-        if (this.running.has(candidate._id)) continue;
+        if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
         const doc = await claimMessage(
           this.options.store,
           candidate._id,

@@ -174,6 +174,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
           (err: unknown) => {
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
             void upload.abort();
+            // writes in flight may still land in a stalled database: they are removed when it answers
+            actors.abandon(id);
             callback(smtpError('storage_unavailable'));
           },
         );

@@ -295,6 +295,21 @@ export async function claimMessage(
   );
 }
 
+/**
+ * Removes the records of messages whose senders were told 451, where their inserts landed after
+ * all (a database that stalls can apply a write after the driver gave up on it). Only untouched
+ * records go: one an owner has written to since is left to its lease. One command for all.
+ */
+export async function removeAbandonedRecords(store: Store, ids: string[]): Promise<number> {
+  const deleted = await store.messages.deleteMany({
+    state: 'queued',
+    version: 1,
+    lease_epoch: 1,
+    _id: { $in: ids },
+  });
+  return deleted.deletedCount;
+}
+
 /** Expiry is a periodic delete (FerretDB has no TTL indexes). */
 export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
   return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;

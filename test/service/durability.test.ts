@@ -4,7 +4,10 @@ import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
-import type { ObjectId } from 'mongodb';
+import { ObjectId } from 'mongodb';
+import { loadConfig } from '../../src/config/schema.ts';
+import { createLogger } from '../../src/log/logger.ts';
+import { startWorkerService } from '../../src/service/worker-service.ts';
 import { newId } from '../../src/store/ids.ts';
 import { startLocalServer } from '../../src/store/local-server.ts';
 import { claimMessage } from '../../src/store/messages.ts';
@@ -216,5 +219,66 @@ test.serial(
     const message = await waitForState(api, id, ['dlq']);
     t.regex(message.history.at(-1)!.detail ?? '', /taken over 5 times/);
     t.is(receiver.requests.length, 0);
+  },
+);
+
+test.serial(
+  'a message answered 451 whose record lands afterwards is removed, never claimed or delivered',
+  async (t) => {
+    const uri = await databaseFor('abandoned');
+    const loaded = loadConfig(
+      ['--http-port', '0', '--smtp-port', '0', '--http-host', '127.0.0.1', '--smtp-host', '127.0.0.1'],
+      {
+        ...FAST,
+        MONGODB_URI: uri,
+        LOG_LEVEL: 'silent',
+      },
+    );
+    if (!loaded.ok) throw new Error(loaded.problems.join('; '));
+    const store = await openStore({ uri });
+    const service = await startWorkerService({
+      config: loaded.config,
+      store,
+      logger: createLogger('silent'),
+    });
+    t.teardown(async () => {
+      await service.stop();
+      await store.close();
+    });
+    // two records as a stalled database applies an insert late: expired, owned by nobody alive
+    const record = (id: string) => ({
+      _id: id,
+      message_id: '',
+      from: 's@outside.example',
+      to: ['a@late.example'],
+      subject: '',
+      received_at: new Date(),
+      state: 'queued' as const,
+      envelope: { mail_from: 's@outside.example', rcpt_to: ['a@late.example'] },
+      domains: ['late.example'],
+      size: 10,
+      raw_id: new ObjectId(),
+      history: [],
+      attempts: [],
+      deliveries: [],
+      version: 1,
+      lease_epoch: 1,
+      lease_owner: service.actors.owner,
+      due_at: new Date(Date.now() - 1000),
+      scheduled: true as const,
+    });
+    const refused = newId('m');
+    const other = newId('m');
+    service.actors.abandon(refused);
+    await store.messages.insertMany([record(refused), record(other)]);
+    const deadline = Date.now() + 10_000;
+    while (Date.now() < deadline && (await store.messages.countDocuments({ _id: refused })) > 0)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    t.is(await store.messages.countDocuments({ _id: refused }), 0, 'the late record is removed');
+    t.is(await store.leases.countDocuments({ _id: `${refused}:2` }), 0, 'and never claimed');
+    // the same record not refused is the scheduler's: it is claimed (and, its raw bytes missing, dead-lettered)
+    while (Date.now() < deadline && (await store.leases.countDocuments({ _id: `${other}:2` })) === 0)
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    t.is(await store.leases.countDocuments({ _id: `${other}:2` }), 1);
   },
 );
