@@ -41,10 +41,12 @@ export interface LocalServerOptions {
  * pool has connections meet (the backlog after a SIGSTOP or a restart), none ever proceeds and
  * FerretDB serves nobody, fresh clients included. Its role may open fewer connections than its pool
  * may ask for, so the pool never fills: a command that finds no connection gets PostgreSQL's refusal
- * at once (an error, answered 451 or retried) instead of waiting forever. Two of our servers also
- * stay within PostgreSQL's default max_connections (100).
+ * at once (an error, answered 451 or retried) instead of waiting forever. The limit is well above
+ * what a burst of our tests needs (50 concurrent claimants), and idle connections go back after a
+ * minute (FerretDB sets pool_max_conn_idle_time to 1m whenever the URL has it), so that another
+ * server on the same PostgreSQL (max_connections 100) gets its turn.
  */
-const FERRETDB_PG_CONNECTIONS = 40;
+const FERRETDB_PG_CONNECTIONS = 80;
 const FERRETDB_POOL_MAX_CONNS = FERRETDB_PG_CONNECTIONS + 10;
 
 /** A PostgreSQL database and role of our own for FerretDB, or undefined without a PostgreSQL to use. */
@@ -80,6 +82,7 @@ function createPostgresDatabase(): { url: string; drop(): void } | undefined {
   url.password = password;
   url.pathname = `/${name}`;
   url.searchParams.set('pool_max_conns', String(FERRETDB_POOL_MAX_CONNS));
+  url.searchParams.set('pool_max_conn_idle_time', '1m');
   return { url: url.href, drop };
 }
 
