@@ -55,22 +55,24 @@ function createPostgresDatabase(): { url: string; drop(): void } | undefined {
   if (!findExecutable('psql')) return undefined;
   const name = `ferretdb_${process.pid}_${Date.now().toString(36)}`;
   const password = randomBytes(16).toString('hex');
-  const psql = (sql: string) =>
-    spawnSync('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qtAc', sql], {
+  // statements in one session, each its own transaction (CREATE/DROP DATABASE refuse a block)
+  const psql = (...statements: string[]) =>
+    spawnSync('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qtA', ...statements.flatMap((sql) => ['-c', sql])], {
       stdio: ['ignore', 'ignore', 'pipe'],
-      timeout: 10_000,
+      // DROP DATABASE ... WITH (FORCE) can wait several seconds for busy backends on a loaded machine
+      timeout: 30_000,
     }).status === 0;
   let dropped = false;
   const drop = () => {
     if (dropped) return;
     dropped = true;
     process.off('exit', drop);
-    psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    psql(`DROP ROLE IF EXISTS ${name}`);
+    // the role only once its database is gone: PostgreSQL keeps a role that owns one
+    psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`, `DROP ROLE IF EXISTS ${name}`);
   };
   // a non-superuser role: PostgreSQL exempts superusers from connection limits
   const role = `LOGIN NOSUPERUSER PASSWORD '${password}' CONNECTION LIMIT ${FERRETDB_PG_CONNECTIONS}`;
-  const created = psql(`CREATE ROLE ${name} ${role}`) && psql(`CREATE DATABASE ${name} OWNER ${name}`);
+  const created = psql(`CREATE ROLE ${name} ${role}`, `CREATE DATABASE ${name} OWNER ${name}`);
   if (!created) {
     drop();
     return undefined;
