@@ -3,6 +3,7 @@
 // mongodb-memory-server (which fetches a real mongod on machines with internet).
 // Used by `npm start`'s development default and by the test harness: one place for both.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -27,38 +28,70 @@ export interface LocalServerOptions {
   /** when neither mongod nor ferretdb is installed but Go is, build FerretDB first (about a minute) */
   buildFerretDb?: boolean;
   /**
-   * FerretDB's storage: 'sqlite' (files under dataDir) or 'auto', which uses a throwaway database on
-   * the PostgreSQL at FERRETDB_POSTGRESQL_URL or 127.0.0.1:5432 when one answers (SQLite answers
-   * SQLITE_BUSY under concurrent writers), else SQLite. Default 'sqlite'.
+   * FerretDB's storage: 'sqlite' (files under dataDir) or 'auto', which uses a throwaway database
+   * and role on the PostgreSQL at FERRETDB_POSTGRESQL_URL or 127.0.0.1:5432 when one answers
+   * (SQLite answers SQLITE_BUSY under concurrent writers), else SQLite. Default 'sqlite'.
    */
   ferretBackend?: 'sqlite' | 'auto';
 }
 
-/** A PostgreSQL database of our own for FerretDB, or undefined when there is no PostgreSQL to use. */
+/**
+ * FerretDB 1.24 over PostgreSQL deadlocks when its pool is full: an update or findAndModify holds
+ * its query's connection while it waits for a second one to write, so once as many of them as the
+ * pool has connections meet (the backlog after a SIGSTOP or a restart), none ever proceeds and
+ * FerretDB serves nobody, fresh clients included. Its role may open fewer connections than its pool
+ * may ask for, so the pool never fills: a command that finds no connection gets PostgreSQL's refusal
+ * at once (an error, answered 451 or retried) instead of waiting forever. The limit is well above
+ * what a burst of our tests needs (50 concurrent claimants), and idle connections go back after a
+ * minute (FerretDB sets pool_max_conn_idle_time to 1m whenever the URL has it), so that another
+ * server on the same PostgreSQL (max_connections 100) gets its turn.
+ */
+const FERRETDB_PG_CONNECTIONS = 80;
+const FERRETDB_POOL_MAX_CONNS = FERRETDB_PG_CONNECTIONS + 10;
+
+/** A PostgreSQL database and role of our own for FerretDB, or undefined without a PostgreSQL to use. */
 function createPostgresDatabase(): { url: string; drop(): void } | undefined {
   const base = process.env.FERRETDB_POSTGRESQL_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   if (!findExecutable('psql')) return undefined;
   const name = `ferretdb_${process.pid}_${Date.now().toString(36)}`;
+  const password = randomBytes(16).toString('hex');
   // psql refuses the query parameters meant for FerretDB's pool (pool_max_conns, say)
   const admin = new URL(base);
   admin.search = '';
-  const psql = (sql: string) =>
-    spawnSync('psql', [admin.href, '-v', 'ON_ERROR_STOP=1', '-qtAc', sql], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      timeout: 10_000,
-    });
-  if (psql(`CREATE DATABASE ${name}`).status !== 0) return undefined;
-  const url = new URL(base);
-  url.pathname = `/${name}`;
+  // statements in one session, each its own transaction (CREATE/DROP DATABASE refuse a block)
+  const psql = (...statements: string[]) =>
+    spawnSync(
+      'psql',
+      [admin.href, '-v', 'ON_ERROR_STOP=1', '-qtA', ...statements.flatMap((sql) => ['-c', sql])],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        // DROP DATABASE ... WITH (FORCE) can wait several seconds for busy backends on a loaded machine
+        timeout: 30_000,
+      },
+    ).status === 0;
   let dropped = false;
   const drop = () => {
     if (dropped) return;
     dropped = true;
     process.off('exit', drop);
-    psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    // the role only once its database is gone: PostgreSQL keeps a role that owns one
+    psql(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`, `DROP ROLE IF EXISTS ${name}`);
   };
+  // a non-superuser role: PostgreSQL exempts superusers from connection limits
+  const role = `LOGIN NOSUPERUSER PASSWORD '${password}' CONNECTION LIMIT ${FERRETDB_PG_CONNECTIONS}`;
+  const created = psql(`CREATE ROLE ${name} ${role}`, `CREATE DATABASE ${name} OWNER ${name}`);
+  if (!created) {
+    drop();
+    return undefined;
+  }
   // a throwaway database goes with our process, however it ends short of SIGKILL
   process.once('exit', drop);
+  const url = new URL(base);
+  url.username = name;
+  url.password = password;
+  url.pathname = `/${name}`;
+  url.searchParams.set('pool_max_conns', String(FERRETDB_POOL_MAX_CONNS));
+  url.searchParams.set('pool_max_conn_idle_time', '1m');
   return { url: url.href, drop };
 }
 

@@ -5,8 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
-import { MongoClient } from 'mongodb';
-import { type LocalServer, startLocalServer } from '../../src/store/local-server.ts';
+import { startLocalServer } from '../../src/store/local-server.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
@@ -101,29 +100,6 @@ async function timeToReplacement(service: ServiceProcess, killedAt: number): Pro
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
   return Date.now() - killedAt;
-}
-
-/**
- * Restarts the database and waits until a fresh client of the test's own can query it: FerretDB
- * over PostgreSQL, restarted under load on the same database, now and then does not serve (the
- * test's own queries time out too), which is the database's trouble, not the service's. Returns
- * how many restarts it took; the service's recovery is measured from the moment it serves.
- */
-async function restartUntilServing(server: LocalServer, uri: string): Promise<number> {
-  for (let restarts = 1; ; restarts++) {
-    await server.restart!();
-    const probe = new MongoClient(uri, { serverSelectionTimeoutMS: 3000, socketTimeoutMS: 5000 });
-    const serving = await probe
-      .db()
-      .collection('messages')
-      .findOne({}, { maxTimeMS: 3000 })
-      .then(
-        () => true,
-        () => false,
-      );
-    await probe.close().catch(() => {});
-    if (serving || restarts >= 5) return restarts;
-  }
 }
 
 /** Load for a fixed time while a random worker is SIGKILLed every `everyMs`; then the ledger. */
@@ -293,12 +269,13 @@ test.serial('bad receivers: hang, trickle, 500s and resets do not hold up a heal
   t.true(rssAfter - rssBefore < 150, `worker RSS ${Math.round(rssBefore)} -> ${Math.round(rssAfter)} MB`);
 });
 
-// Full size only (FAULTS_SCALE=long), not in CI: after a SIGSTOP or SIGKILL of FerretDB over
-// PostgreSQL under this load, the database now and then stops serving even fresh clients of the
-// test's own for minutes (1 run in 3 here), which would fail CI on the database under test.
-const fullSizeOnly = LONG ? test.serial : test.serial.skip;
+// Not in CI yet: run with FAULTS_SCALE=long, or FAULTS_OUTAGE=1 at the short sizes. The database no
+// longer wedges (src/store/local-server.ts), but 7 of 14 short runs and 3 of 4 long ones failed
+// here, mostly on the service: a worker that never reconnected after the restart, messages answered
+// 451 yet stored and delivered, an actor that hung while its lease was renewed (docs/RELIABILITY.md).
+const outageDrill = LONG || process.env.FAULTS_OUTAGE === '1' ? test.serial : test.serial.skip;
 
-fullSizeOnly(
+outageDrill(
   'database outage: stopped (SIGSTOP), then refusing connections: 4xx, never 250 or 5xx; recovery without a restart',
   async (t) => {
     const server = await startLocalServer({
@@ -352,22 +329,15 @@ fullSizeOnly(
     process.kill(server.pid!()!, 'SIGCONT');
     outages[0]!.to = Date.now();
     await wait(phase / 2);
-    // 2: the database is gone (connections refused), then comes back on the same storage. Full size
-    // only: FerretDB over PostgreSQL, SIGKILLed and restarted under load, now and then stops serving
-    // even fresh clients of the test's own for minutes, which would make CI fail on the database
-    // under test rather than on the service
-    let healthWhileGone: number | undefined;
-    let dbRestarts = 0;
-    if (LONG) {
-      const gone = Date.now();
-      process.kill(server.pid!()!, 'SIGKILL');
-      outages.push({ from: gone, to: 0, kind: 'refused' });
-      await wait(phase / 2);
-      healthWhileGone = await health();
-      await wait(phase / 2);
-      dbRestarts = await restartUntilServing(server, uri);
-      outages[1]!.to = Date.now();
-    }
+    // 2: the database is gone (connections refused), then comes back on the same storage
+    const gone = Date.now();
+    process.kill(server.pid!()!, 'SIGKILL');
+    outages.push({ from: gone, to: 0, kind: 'refused' });
+    await wait(phase / 2);
+    const healthWhileGone = await health();
+    await wait(phase / 2);
+    await server.restart!();
+    outages[1]!.to = Date.now();
     await wait(phase);
     clearInterval(sender);
     const results = await Promise.all(sends);
@@ -402,7 +372,6 @@ fullSizeOnly(
         resumedAfterMs: resumedAfter,
         healthWhileStopped,
         healthWhileGone,
-        dbRestarts,
       },
       [service],
     );
@@ -414,7 +383,7 @@ fullSizeOnly(
     );
     t.is(slow.length, 0, 'every answer within 30 s');
     t.is(healthWhileStopped, 503);
-    if (LONG) t.is(healthWhileGone, 503);
+    t.is(healthWhileGone, 503);
     for (const ms of resumedAfter) t.true(ms <= 10_000, `acceptance resumed ${ms} ms after recovery`);
     t.deepEqual(service.workerPids().filter(alive).sort(), workersBefore, 'no worker was restarted');
   },
