@@ -44,6 +44,11 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 export class ParsePool {
   #pool: Piscina<ThreadInput, ParseOutput>;
   #closed: Promise<void> | null = null;
+  /** tasks handed to piscina and not finished: at most its threads plus its queue */
+  #admitted = 0;
+  readonly #capacity: number;
+  /** callers waiting for a place: a full queue is back-pressure, never a failed parse */
+  readonly #waiting: Array<() => void> = [];
 
   constructor(options: ParsePoolOptions) {
     const threads = positiveInteger('threads', options.threads);
@@ -52,6 +57,7 @@ export class ParsePool {
       'maxMessageBytes',
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
+    this.#capacity = threads + maxQueue;
     this.#pool = new Piscina<ThreadInput, ParseOutput>({
       filename: WORKER_URL,
       minThreads: threads,
@@ -73,9 +79,22 @@ export class ParsePool {
    * a thread; otherwise the bytes are copied into a buffer of their own first (`new Uint8Array`:
    * Buffer#slice would share memory), so the message never drags along the rest of a larger buffer.
    * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
+   * When threads and queue are full, the call waits for a place (messages are not failed for load).
    */
   async parse(input: PoolInput): Promise<PoolParseOutput> {
+    while (this.#closed === null && this.#admitted >= this.#capacity)
+      await new Promise<void>((resolve) => this.#waiting.push(resolve));
     if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
+    this.#admitted++;
+    try {
+      return await this.#run(input);
+    } finally {
+      this.#admitted--;
+      this.#waiting.shift()?.();
+    }
+  }
+
+  async #run(input: PoolInput): Promise<PoolParseOutput> {
     // the message as received, in the chunks it arrived in: the thread joins them, so the event
     // loop never holds a second whole copy
     const chunks = (Array.isArray(input.raw) ? input.raw : [input.raw]).map((chunk) =>
@@ -97,6 +116,7 @@ export class ParsePool {
   /** Waits for running parses, then stops the threads. Safe to call more than once. */
   close(): Promise<void> {
     this.#closed ??= this.#pool.close();
+    for (const resolve of this.#waiting.splice(0)) resolve();
     return this.#closed;
   }
 }
