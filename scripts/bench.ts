@@ -388,7 +388,7 @@ function matrixScenarios(workers: number): Scenario[] {
   const scenarios: Scenario[] = [];
   for (const persistent of [false, true])
     for (const concurrency of CONCURRENCY) {
-      // enough messages for a steady state, few enough for the whole run to take about 25 minutes
+      // enough messages for a steady state, few enough for the whole run to take about 15 minutes
       // here: at concurrency 64 the persistent connections carry 25 messages each, not 100
       const total = persistent
         ? Math.min(concurrency * (QUICK ? 20 : 100), QUICK ? 320 : 1600)
