@@ -149,10 +149,19 @@ export async function insertEach<T extends { _id: unknown }>(
     await collection.insertMany(docs as never[], { ordered: false, writeConcern: DURABLE });
     return docs.map(() => undefined);
   } catch (err) {
-    const writeErrors = (err as Partial<MongoBulkWriteError>).writeErrors;
-    if (!writeErrors) throw err;
+    // per-document outcomes only when the error accounts for every document: some refused, the
+    // rest inserted and durable. Anything else (no write errors listed, a write concern error,
+    // counts that do not add up) fails them all: a 250 must never rest on a guess
+    const bulk = err as Partial<MongoBulkWriteError>;
+    const writeErrors = bulk.writeErrors === undefined ? [] : [bulk.writeErrors].flat();
+    if (
+      writeErrors.length === 0 ||
+      bulk.writeConcernError ||
+      bulk.insertedCount !== docs.length - writeErrors.length
+    )
+      throw err;
     const outcomes: Array<Error | undefined> = docs.map(() => undefined);
-    for (const writeError of Array.isArray(writeErrors) ? writeErrors : [writeErrors]) {
+    for (const writeError of writeErrors) {
       const failure = new Error(writeError.errmsg ?? 'write failed') as Error & { code?: number };
       failure.code = writeError.code;
       outcomes[writeError.index] = failure;

@@ -4,14 +4,14 @@ import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
-import { ObjectId } from 'mongodb';
+import { MongoClient, ObjectId } from 'mongodb';
 import { loadConfig } from '../../src/config/schema.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import { startWorkerService } from '../../src/service/worker-service.ts';
 import { newId } from '../../src/store/ids.ts';
 import { startLocalServer } from '../../src/store/local-server.ts';
 import { claimMessage } from '../../src/store/messages.ts';
-import { openStore } from '../../src/store/mongo.ts';
+import { insertEach, openStore } from '../../src/store/mongo.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -282,3 +282,23 @@ test.serial(
     t.is(await store.leases.countDocuments({ _id: `${other}:2` }), 1);
   },
 );
+
+test.serial('a batch insert cut off by the database never reports its documents stored', async (t) => {
+  const server = await startLocalServer({
+    dataDir: mkdtempSync(path.join(os.tmpdir(), 'mailroute-cutoff-')),
+    ferretBackend: 'auto',
+  });
+  t.teardown(() => server.stop());
+  // a short socket timeout: the driver gives the stalled insert up within a second
+  const client = new MongoClient(server.uri, { socketTimeoutMS: 1000, serverSelectionTimeoutMS: 2000 });
+  t.teardown(() => client.close());
+  const collection = client.db('cutoff').collection<{ _id: string; n: number }>('docs');
+  await collection.insertOne({ _id: 'warm', n: 0 });
+  process.kill(server.pid!()!, 'SIGSTOP');
+  t.teardown(() => {
+    process.kill(server.pid!()!, 'SIGCONT');
+  });
+  const docs = Array.from({ length: 5 }, (_, n) => ({ _id: `d${n}`, n }));
+  const error = await t.throwsAsync(insertEach(collection, docs));
+  t.log(error?.name, error?.message);
+});
