@@ -147,6 +147,8 @@ export class MessageActor {
       }
       if (this.doc.state === 'queued') {
         bodies = await this.parseAndRoute(raw);
+        // the bytes as received are not needed past the parse: not kept through the POSTs
+        raw = undefined;
         if (!bodies) return;
       }
       await this.deliverDue(bodies);

@@ -7,7 +7,7 @@ import type { ParseInput, ParseOutput } from './payload.ts';
 
 export interface ParsePoolOptions {
   threads: number;
-  /** tasks waiting for a thread before parse() answers pool_unavailable; default threads × 64 */
+  /** tasks queued in piscina for a thread (more callers wait in parse()); default threads × 2 */
   maxQueue?: number;
   /** largest raw message the heap limit is sized for; default 25 MiB */
   maxMessageBytes?: number;
@@ -25,7 +25,9 @@ export type PoolParseOutput =
 const WORKER_URL = new URL('../../workers/parse-thread.ts', import.meta.url).href;
 
 const DEFAULTS = Object.freeze({
-  queuePerThread: 64,
+  // small: a task in piscina's queue holds its own copy of the message, while a caller waiting
+  // for a place (see parse) holds nothing new
+  queuePerThread: 2,
   maxMessageBytes: 25 * 1024 * 1024,
 } as const);
 

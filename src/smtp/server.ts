@@ -143,7 +143,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     onData(stream: SMTPServerDataStream, session, callback) {
       const id = newId('m');
       const upload = openRawUpload(store, id);
-      // the chunks as received: kept once, handed to the parse thread as they are
+      // the chunks as received, until the message is stored; then joined once for the parse thread
       const chunks: Buffer[] = [];
       let bytes = 0;
       stream.on('data', (chunk: Buffer) => {
@@ -169,7 +169,11 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
               'accepted',
             );
             callback(null, `OK: queued as ${id}`);
-            actors.adopt(doc, chunks);
+            // one buffer of its own, so the parse thread can take it over without another copy,
+            // and the chunks (often slices of larger socket buffers) go now
+            const whole = Buffer.concat(chunks, bytes);
+            chunks.length = 0;
+            actors.adopt(doc, [whole]);
           },
           (err: unknown) => {
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
