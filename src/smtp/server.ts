@@ -64,14 +64,14 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
     : undefined;
 
-  /** Writes the message record once its bytes are in GridFS: after this, the 250. */
+  /** Writes the message record once its bytes are stored: after this, the 250. */
   async function record(
     id: string,
     upload: RawUpload,
-    bytes: number,
+    whole: Buffer,
     session: SMTPServerSession,
   ): Promise<MessageDoc> {
-    const rawId = await upload.finish();
+    const rawId = await upload.finish(whole);
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
@@ -85,7 +85,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       state: 'queued',
       envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
       domains: [...new Set(rcptTo.map(domainOf))],
-      size: bytes,
+      size: whole.length,
       raw_id: rawId,
       // stored, then placed in this process's queue: both states hold once the insert is durable
       history: [
@@ -143,7 +143,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     onData(stream: SMTPServerDataStream, session, callback) {
       const id = newId('m');
       const upload = openRawUpload(store, id);
-      // the chunks as received, until the message is stored; then joined once for the parse thread
+      // the chunks as received, joined once at the end: stored from, then handed to the parse thread
       const chunks: Buffer[] = [];
       let bytes = 0;
       stream.on('data', (chunk: Buffer) => {
@@ -162,17 +162,17 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
           void upload.abort();
           return callback(smtpError('message_too_big'));
         }
-        withDeadline(record(id, upload, bytes, session), STORE_DEADLINE_MS, 'storing the message').then(
+        // a buffer of its own, so the parse thread can take it over without another copy; the
+        // chunks (often slices of larger socket buffers) go now
+        const whole = Buffer.concat(chunks, bytes);
+        chunks.length = 0;
+        withDeadline(record(id, upload, whole, session), STORE_DEADLINE_MS, 'storing the message').then(
           (doc) => {
             log.info(
               { event: EVENTS.smtpAccepted, message: id, size: bytes, recipients: doc.to.length },
               'accepted',
             );
             callback(null, `OK: queued as ${id}`);
-            // one buffer of its own, so the parse thread can take it over without another copy,
-            // and the chunks (often slices of larger socket buffers) go now
-            const whole = Buffer.concat(chunks, bytes);
-            chunks.length = 0;
             actors.adopt(doc, [whole]);
           },
           (err: unknown) => {

@@ -25,16 +25,17 @@ export function rawDocuments(store: Store): Collection<RawDocument> {
 }
 
 /**
- * A raw message being stored while it arrives: kept in memory (the parse thread gets the same
- * chunks) until it outgrows a document, then streamed into GridFS.
+ * A raw message being stored while it arrives: kept in memory until it outgrows a document, then
+ * streamed into GridFS. A small one is stored from the joined bytes the caller hands to finish()
+ * (the same buffer the parse thread then takes over: joined once).
  */
 export interface RawUpload {
   readonly id: ObjectId;
   /** false: stop feeding until `drained` resolves (the database is behind) */
   write(chunk: Uint8Array): boolean;
   drained(): Promise<void>;
-  /** resolves once the bytes are durably stored */
-  finish(): Promise<ObjectId>;
+  /** resolves once the bytes are durably stored; `whole` is every byte written, joined */
+  finish(whole: Uint8Array): Promise<ObjectId>;
   /** removes what was written (an oversize or refused message) */
   abort(): Promise<void>;
 }
@@ -87,10 +88,11 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
         ? Promise.resolve()
         : new Promise((resolve) => stream!.once('drain', resolve));
     },
-    async finish() {
+    async finish(whole) {
       if (failure) throw failure;
       if (!stream) {
-        const data = new Binary(held.length === 1 ? held[0]! : Buffer.concat(held, bytes));
+        held.length = 0;
+        const data = new Binary(whole);
         const outcome = await documentInserter(store).submit({ _id: id, message: messageId, data });
         if (outcome) throw outcome;
         return id;
