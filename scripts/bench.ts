@@ -286,11 +286,7 @@ function figures(
   const delivered = acknowledged.filter((r) => firstArrival.has(r[0]));
   const lastReply = Math.max(...result.records.map((r) => r[2]));
   const lastArrival = Math.max(0, ...arrivals.map((a) => a[1]));
-  const commands: Record<string, number> = {};
-  for (const process of stats)
-    for (const [name, count] of Object.entries(process.commands))
-      commands[name] = (commands[name] ?? 0) + count;
-  const totalCommands = Object.values(commands).reduce((a, b) => a + b, 0);
+  const { byName: commands, total: totalCommands } = sumCommands(stats);
   const per1000 = (seconds: number) =>
     delivered.length ? Math.round((seconds / delivered.length) * 1000 * 100) / 100 : Number.NaN;
   return {
@@ -319,8 +315,8 @@ function figures(
   };
 }
 
-/** The same load against Postfix's smtp-sink (accept and discard): the ceiling of this machine. */
-async function runAgainstSmtpSink(tools: PostfixTools, scenario: Scenario): Promise<number> {
+/** Runs `use` against a Postfix smtp-sink (accept and discard) of its own: the machine's ceiling. */
+async function withSmtpSink<T>(tools: PostfixTools, use: (port: number) => Promise<T>): Promise<T> {
   const port = await freePort();
   const child = spawn(tools.sink, ['-u', 'nobody', `127.0.0.1:${port}`, '1024'], {
     env: tools.env,
@@ -328,13 +324,28 @@ async function runAgainstSmtpSink(tools: PostfixTools, scenario: Scenario): Prom
   });
   await new Promise((resolve) => setTimeout(resolve, 300));
   try {
+    return await use(port);
+  } finally {
+    child.kill();
+  }
+}
+
+/** The same load against smtp-sink: accepted messages a second. */
+function runAgainstSmtpSink(tools: PostfixTools, scenario: Scenario): Promise<number> {
+  return withSmtpSink(tools, async (port) => {
     const result = await runLoad(scenario.command(port, nextSeq));
     const acknowledged = result.records.filter((r) => r[3] === 250).length;
     const lastReply = Math.max(...result.records.map((r) => r[2]));
     return Math.round((acknowledged / (lastReply - result.startedAt)) * 1000 * 10) / 10;
-  } finally {
-    child.kill();
-  }
+  });
+}
+
+/** Database commands the service's workers sent, by name and in all. */
+function sumCommands(stats: readonly ProcessStats[]): { byName: Record<string, number>; total: number } {
+  const byName: Record<string, number> = {};
+  for (const one of stats)
+    for (const [name, count] of Object.entries(one.commands)) byName[name] = (byName[name] ?? 0) + count;
+  return { byName, total: Object.values(byName).reduce((a, b) => a + b, 0) };
 }
 
 /** smtp-source's own load (one fixed message, -N numbered recipients) against a port. */
@@ -344,7 +355,7 @@ async function runSmtpSource(
   sessions: number,
   total: number,
   persistent: boolean,
-): Promise<{ seconds: number; ok: boolean }> {
+): Promise<{ startedAt: number; seconds: number; ok: boolean }> {
   const file = path.join(os.tmpdir(), 'mailroute-bench-smtp-source.eml');
   const message = new MessageMix().message(0, 'text');
   writeFileSync(
@@ -374,7 +385,7 @@ async function runSmtpSource(
     ],
     { env: tools.env, encoding: 'utf8', timeout: 600_000 },
   );
-  return { seconds: (now() - started) / 1000, ok: run.status === 0 };
+  return { startedAt: started, seconds: (now() - started) / 1000, ok: run.status === 0 };
 }
 
 function median(values: number[]): { median: number; min: number; max: number } {
@@ -496,15 +507,9 @@ try {
     const lastArrival = Math.max(...arrivals.map((a) => a[1]));
     const cpu = serviceCpu.seconds();
     const stats = await stopBenchService(running);
-    const sinkPort = await freePort();
-    const ceilingChild = spawn(tools.sink, ['-u', 'nobody', `127.0.0.1:${sinkPort}`, '1024'], {
-      env: tools.env,
-      stdio: 'ignore',
-    });
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const ceiling = await runSmtpSource(tools, sinkPort, sessions, total, persistent);
-    ceilingChild.kill();
-    const started = lastArrival - 0;
+    const ceiling = await withSmtpSink(tools, (port) =>
+      runSmtpSource(tools, port, sessions, total, persistent),
+    );
     sourceRuns.push({
       pattern: persistent ? `${total / sessions} per connection` : '1 per connection',
       sessions,
@@ -513,14 +518,10 @@ try {
       acceptedPerSecond: Math.round((total / sent.seconds) * 10) / 10,
       delivered: unique,
       duplicated: arrivals.length - unique,
-      deliveredWithinSeconds: Math.round((started > 0 ? sent.seconds : 0) * 10) / 10,
+      // from smtp-source's start to the last webhook
+      deliveredWithinSeconds: Math.round((lastArrival - sent.startedAt) / 100) / 10,
       serviceCpuPer1000: Math.round((cpu / Math.max(1, unique)) * 1000 * 100) / 100,
-      commandsPerDelivered:
-        Math.round(
-          (stats.reduce((sum, s) => sum + Object.values(s.commands).reduce((a, b) => a + b, 0), 0) /
-            Math.max(1, unique)) *
-            100,
-        ) / 100,
+      commandsPerDelivered: Math.round((sumCommands(stats).total / Math.max(1, unique)) * 100) / 100,
       smtpSinkAcceptedPerSecond: Math.round((total / ceiling.seconds) * 10) / 10,
     });
     log(
