@@ -15,6 +15,11 @@ const store = await openStore({
   uri: config.mongodbUri,
   ensureIndexes: false,
   monitorCommands: Boolean(config.statsFile),
+  onReconnect: ({ server, silentForMs }) =>
+    logger.warn(
+      { event: EVENTS.databaseReconnected, server, silent_for_ms: silentForMs },
+      'database client reconnected: its server monitor had gone silent',
+    ),
 });
 const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
 const service = await prepareWorkerService({ config, store, logger });

@@ -8,6 +8,7 @@ export const EVENTS = Object.freeze({
   authDisabled: 'auth.disabled',
   databaseDevDefault: 'database.dev_default',
   databaseUnavailable: 'database.unavailable',
+  databaseReconnected: 'database.reconnected',
   workerExited: 'worker.exited',
   workerStarted: 'worker.started',
   smtpAccepted: 'smtp.accepted',

@@ -9,6 +9,21 @@ export interface BatcherOptions<Op, Result> {
   maxInFlight: number;
   /** most writes in one command */
   maxBatch: number;
+  /**
+   * a flush not settled by then fails its writes and frees its place; default 45 s (past the
+   * driver's socketTimeoutMS). The driver can leave a command pending forever when its connection
+   * dies at the wrong moment, and a place held forever would stop every later write.
+   */
+  deadlineMs?: number;
+}
+
+const DEFAULT_DEADLINE_MS = 45_000;
+
+export class BatchDeadlineError extends Error {
+  constructor(ms: number) {
+    super(`database write unanswered after ${ms} ms: its outcome is unknown`);
+    this.name = 'BatchDeadlineError';
+  }
 }
 
 export class Batcher<Op, Result> {
@@ -31,8 +46,10 @@ export class Batcher<Op, Result> {
     while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.options.maxBatch);
       this.inFlight++;
-      this.options
-        .flush(batch.map((entry) => entry.op))
+      withDeadline(
+        this.options.flush(batch.map((entry) => entry.op)),
+        this.options.deadlineMs ?? DEFAULT_DEADLINE_MS,
+      )
         .then(
           (results) => {
             for (const [i, entry] of batch.entries()) entry.resolve(results[i] as Result);
@@ -47,4 +64,14 @@ export class Batcher<Op, Result> {
         });
     }
   }
+}
+
+function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new BatchDeadlineError(ms)), ms);
+  });
+  // a flush settling after its deadline has nobody waiting: its rejection must not go unhandled
+  work.catch(() => {});
+  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }

@@ -11,6 +11,7 @@ import {
 } from 'mongodb';
 import type { DomainDoc } from './domains.ts';
 import type { LeaseDoc, MessageDoc } from './messages.ts';
+import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
 import type { RouteDoc } from './routes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
@@ -38,6 +39,8 @@ export interface OpenStoreOptions {
   ensureIndexes?: boolean;
   /** emit the driver's command events (STATS_FILE counts them); off by default: it costs a little */
   monitorCommands?: boolean;
+  /** told when the client had to be reconnected because its server monitor went silent */
+  onReconnect?: MonitorWatchdogOptions['onReconnect'];
 }
 
 /**
@@ -49,13 +52,15 @@ export interface OpenStoreOptions {
  */
 export const DEFAULT_POOL_SIZE = 10;
 
+const CONNECT_TIMEOUT_MS = 5000;
+
 /** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
 export const DURABLE = Object.freeze({ w: 'majority', j: true } as const);
 
 export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const clientOptions: MongoClientOptions = {
     serverSelectionTimeoutMS: options.serverSelectionTimeoutMs ?? 5000,
-    connectTimeoutMS: 5000,
+    connectTimeoutMS: CONNECT_TIMEOUT_MS,
     // a stalled server must not hold an SMTP session for long: the sender retries on 451. (15 s was
     // tried: dropping connections mid-operation then left FerretDB over PostgreSQL not serving.)
     socketTimeoutMS: 30_000,
@@ -66,6 +71,10 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   };
   const client = new MongoClient(options.uri, clientOptions);
   await client.connect();
+  const watchdog = new MonitorWatchdog(client, {
+    connectTimeoutMs: CONNECT_TIMEOUT_MS,
+    ...(options.onReconnect ? { onReconnect: options.onReconnect } : {}),
+  });
   const db = client.db(options.dbName || undefined);
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
@@ -87,6 +96,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
       }
     },
     async close() {
+      await watchdog.stop();
       await client.close();
     },
   };

@@ -1,7 +1,7 @@
 // Fault drills: real load over many SMTP connections to a real receiver, a fault injected, recovery,
 // then the ledger's five invariants. FAULTS_SCALE=long runs the sizes of docs/RELIABILITY.md;
 // the default (short) is what CI runs. Retry delays and leases are scaled down for the drills.
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
@@ -52,6 +52,7 @@ function report(
   t.log(`${name}: ${JSON.stringify({ ...ledger, problems: undefined, ...extra })}`);
   // DRILL_LOG_DIR keeps the services' logs of a failed drill for a post-mortem
   if (ledger.problems.length > 0 && process.env.DRILL_LOG_DIR) {
+    mkdirSync(process.env.DRILL_LOG_DIR, { recursive: true });
     for (const [i, service] of services.entries()) {
       writeFileSync(`${process.env.DRILL_LOG_DIR}/${name.replace(/\W+/g, '-')}-${i}.log`, service.output());
     }
@@ -372,6 +373,8 @@ outageDrill(
         resumedAfterMs: resumedAfter,
         healthWhileStopped,
         healthWhileGone,
+        // clients whose server monitor went silent and were reconnected (src/store/monitor-watchdog.ts)
+        clientsReconnected: service.output().split('"event":"database.reconnected"').length - 1,
       },
       [service],
     );
