@@ -6,9 +6,14 @@ import { parseMessage } from '../src/parse/payload.ts';
 import type { ThreadInput } from '../src/parse/pool.ts';
 
 export default async function parseThread(input: ThreadInput): Promise<ParseOutput> {
-  // the chunks the message arrived in, joined here rather than on the event loop
-  const raw = input.raw.length === 1 ? input.raw[0]! : Buffer.concat(input.raw);
-  const output = await parseMessage({ ...input, raw });
+  // the chunks the message arrived in, joined here rather than on the event loop; piscina keeps
+  // `input` until the task ends, so the chunks are dropped from it and parseMessage owns the bytes
+  const { raw: chunks, ...rest } = input;
+  input.raw = [];
+  const output = await parseMessage({
+    ...rest,
+    raw: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks),
+  });
   if (!output.ok) return output;
   // piscina posts what is under valueSymbol and transfers every buffer listed under
   // transferableSymbol. Each body owns its ArrayBuffer exactly (see payload.ts), so nothing else is

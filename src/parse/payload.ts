@@ -7,6 +7,7 @@ import { simpleParser } from 'mailparser';
 import { deliveryHeaders } from '../deliver/sign.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
+import type { MimeStructure } from './mime-structure.ts';
 import { scanStructure } from './mime-structure.ts';
 
 export interface Envelope {
@@ -22,6 +23,7 @@ export interface DeliverySpec {
   secret?: string;
 }
 export interface ParseInput {
+  /** taken over by parseMessage, which lets go of it (sets it empty) once the message is parsed */
   raw: Uint8Array;
   envelope: Envelope;
   receivedAt: string;
@@ -40,17 +42,17 @@ export interface MessageSummary {
   from: string;
   subject: string;
 }
+export type Unparseable = { ok: false; code: 'unparseable'; message: string };
 export type ParseOutput =
   | { ok: true; summary: MessageSummary; bodies: DeliveryBody[]; defects: string[] }
-  | { ok: false; code: 'unparseable'; message: string };
+  | Unparseable;
 
-/** The `attachments[]` entries of the payload. */
-export interface PayloadAttachment {
-  filename: string;
-  content_type: string;
-  size: number;
-  content: string;
-}
+/**
+ * A piece of a body: JSON text already encoded, or bytes that go into it as base64 (the inside of a
+ * JSON string). An attachment's base64 is written straight into the body in slices, so a 15 MB
+ * attachment never exists as a 20 MB string, nor as a second copy of the JSON text.
+ */
+type BodyPart = Uint8Array | { base64Of: Buffer };
 
 // Skip every conversion the payload does not carry: HTML→text is slow on large HTML, and the
 // text→HTML, link and cid: rewriting would change the bodies the sender wrote.
@@ -89,35 +91,17 @@ const WHITESPACE_BYTES: ReadonlySet<number> = new Set([0x09, 0x0a, 0x0d, 0x20]);
 const encoder = new TextEncoder();
 
 export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
-  const raw = Buffer.from(input.raw.buffer, input.raw.byteOffset, input.raw.byteLength);
-  if (raw.every((byte) => WHITESPACE_BYTES.has(byte))) {
-    return unparseable('empty message');
-  }
-  const structure = scanStructure(raw);
-  if (structure.headerFields === 0) {
-    return unparseable('no header fields: the message does not start with a "Name: value" header block');
-  }
-
   const defects = new Set<string>();
   const defect: DefectSink = (note) => {
     if (defects.size >= MAX_DEFECTS) return;
     defects.add(note.length > MAX_DEFECT_LENGTH ? `${note.slice(0, MAX_DEFECT_LENGTH - 1)}…` : note);
   };
-
-  let mail: ParsedMail;
-  try {
-    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS });
-    if (parsed === STALLED) {
-      parsed = await parseUnlessStalled(raw, NO_EMBEDDED);
-      if (parsed === STALLED)
-        return unparseable('mailparser stalled: it stopped before the end of the message');
-      defect('mailparser stalled on an embedded message; message/rfc822 parts kept as attachments');
-    }
-    mail = parsed;
-  } catch (error) {
-    // mailsplit's limits (e.g. a header block over 1 MiB) are the failures that end up here
-    return unparseable(`mailparser: ${error instanceof Error ? error.message : String(error)}`);
-  }
+  const read = await readMessage(input.raw, defect);
+  // Nothing below needs the raw bytes: letting go of them before the bodies are built takes the
+  // message's size off the peak (a 20 MB message is otherwise held three times over).
+  input.raw = EMPTY;
+  if (!read.ok) return read;
+  const { mail, structure } = read;
 
   const fields = readFields(mail.headerLines, defect);
   const headers = headersObject(fields);
@@ -148,24 +132,27 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   }
   if (defects.size >= MAX_DEFECTS) defects.add('further defects not listed');
 
-  const attachments = mail.attachments.map(toPayloadAttachment);
   const envelope: Envelope = { mail_from: input.envelope.mail_from, rcpt_to: [...input.envelope.rcpt_to] };
 
   // Key order is part of the contract: message_id, from, to, subject, text_body, html_body, headers,
   // attachments, envelope, plus_tag?, received_at. `to` and `plus_tag` are the only per-delivery
   // fields, so everything between them is encoded once and copied, never re-serialised.
   const head = encoder.encode(`{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`);
-  const shared = encoder.encode(
-    `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
-      `,"headers":${json(headers)},"attachments":${json(attachments)},"envelope":${json(envelope)}`,
-  );
+  const shared: BodyPart[] = [
+    encoder.encode(
+      `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
+        `,"headers":${json(headers)},"attachments":[`,
+    ),
+    ...mail.attachments.flatMap(attachmentParts),
+    encoder.encode(`],"envelope":${json(envelope)}`),
+  ];
   const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
   const bodies = input.deliveries.map(({ key, to, plusTag, secret }): DeliveryBody => {
     const toJson = encoder.encode(json([...to]));
     const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
-    const body = concat([head, toJson, shared, plusTagJson, tail]);
+    const body = assemble([head, toJson, ...shared, plusTagJson, tail]);
     const headers = deliveryHeaders({
       webhookId: key,
       timestampSeconds,
@@ -176,6 +163,34 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   });
 
   return { ok: true, summary, bodies, defects: [...defects] };
+}
+
+/** Parses the raw bytes: the only reader of them, so they die with this frame. */
+async function readMessage(
+  bytes: Uint8Array,
+  defect: DefectSink,
+): Promise<{ ok: true; mail: ParsedMail; structure: MimeStructure } | Unparseable> {
+  const raw = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (raw.every((byte) => WHITESPACE_BYTES.has(byte))) {
+    return unparseable('empty message');
+  }
+  const structure = scanStructure(raw);
+  if (structure.headerFields === 0) {
+    return unparseable('no header fields: the message does not start with a "Name: value" header block');
+  }
+  try {
+    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS });
+    if (parsed === STALLED) {
+      parsed = await parseUnlessStalled(raw, NO_EMBEDDED);
+      if (parsed === STALLED)
+        return unparseable('mailparser stalled: it stopped before the end of the message');
+      defect('mailparser stalled on an embedded message; message/rfc822 parts kept as attachments');
+    }
+    return { ok: true, mail: parsed, structure };
+  } catch (error) {
+    // mailsplit's limits (e.g. a header block over 1 MiB) are the failures that end up here
+    return unparseable(`mailparser: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
 
 /** simpleParser, or STALLED once the event loop has idled while it still had not settled. */
@@ -207,7 +222,7 @@ function parseUnlessStalled(raw: Buffer, options: SimpleParserOptions): Promise<
   });
 }
 
-function unparseable(message: string): ParseOutput {
+function unparseable(message: string): Unparseable {
   return { ok: false, code: 'unparseable', message };
 }
 
@@ -235,13 +250,12 @@ function headersObject(fields: readonly HeaderField[]): Record<string, string | 
   return headers;
 }
 
-function toPayloadAttachment(attachment: Attachment): PayloadAttachment {
-  return {
-    filename: attachment.filename ?? '',
-    content_type: declaredContentType(attachment),
-    size: attachment.content.length,
-    content: attachment.content.toString('base64'),
-  };
+// An `attachments[]` entry: {"filename", "content_type", "size", "content": base64}, in that order.
+function attachmentParts(attachment: Attachment, index: number): BodyPart[] {
+  const fields =
+    `${index === 0 ? '' : ','}{"filename":${json(attachment.filename ?? '')}` +
+    `,"content_type":${json(declaredContentType(attachment))},"size":${attachment.content.length},"content":"`;
+  return [encoder.encode(fields), { base64Of: attachment.content }, CLOSE_STRING_AND_OBJECT];
 }
 
 // The type the sender declared. mailparser's own contentType replaces application/octet-stream with
@@ -269,16 +283,35 @@ function json(value: unknown): string {
 
 const EMPTY = new Uint8Array(0);
 
+const CLOSE_STRING_AND_OBJECT = encoder.encode('"}');
+// a multiple of 3, so every slice's base64 ends without padding and the slices join seamlessly
+const BASE64_SLICE_BYTES = 3 * 64 * 1024;
+
+function partLength(part: BodyPart): number {
+  return part instanceof Uint8Array ? part.byteLength : Math.ceil(part.base64Of.length / 3) * 4;
+}
+
 // A fresh, exactly sized buffer per body: each body's ArrayBuffer is transferred to the main thread
 // on its own, and must not share memory with another body or Node's Buffer pool.
-function concat(parts: readonly Uint8Array[]): Uint8Array {
+function assemble(parts: readonly BodyPart[]): Uint8Array {
   let length = 0;
-  for (const part of parts) length += part.byteLength;
-  const out = new Uint8Array(length);
+  for (const part of parts) length += partLength(part);
+  const out = Buffer.from(new ArrayBuffer(length));
   let offset = 0;
   for (const part of parts) {
-    out.set(part, offset);
-    offset += part.byteLength;
+    if (part instanceof Uint8Array) {
+      out.set(part, offset);
+      offset += part.byteLength;
+      continue;
+    }
+    const bytes = part.base64Of;
+    for (let start = 0; start < bytes.length; start += BASE64_SLICE_BYTES) {
+      offset += out.write(
+        bytes.subarray(start, start + BASE64_SLICE_BYTES).toString('base64'),
+        offset,
+        'latin1',
+      );
+    }
   }
-  return out;
+  return new Uint8Array(out.buffer);
 }

@@ -364,6 +364,32 @@ test('the binary attachment survives byte for byte', async (t) => {
   t.true(decoded.equals(BYTE_RAMP), 'decoded content differs from 0..255 × 4');
 });
 
+// Attachments are written into the body as base64 in 192 KiB slices: sizes around and past a slice,
+// with each remainder mod 3, must come out exactly as one base64 encoding of the whole.
+for (const size of [0, 1, 2, 3 * 64 * 1024 - 1, 3 * 64 * 1024, 3 * 64 * 1024 + 1, 1_000_003]) {
+  test(`an attachment of ${size} bytes is encoded as one base64 string`, async (t) => {
+    const bytes = Uint8Array.from({ length: size }, (_, i) => (i * 7919) % 251);
+    const encoded = Buffer.from(bytes).toString('base64');
+    const folded = encoded.match(/.{1,76}/g)?.join('\r\n') ?? '';
+    const raw = utf8(
+      'From: a@sender.example\r\nSubject: sliced\r\nMIME-Version: 1.0\r\n' +
+        'Content-Type: multipart/mixed; boundary="b"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nsee\r\n' +
+        '--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="x.bin"\r\n' +
+        `Content-Transfer-Encoding: base64\r\n\r\n${folded}\r\n--b--\r\n`,
+    );
+    const output = okOutput(await parseMessage(input(raw)));
+    const [attachment] = payloadOf(output.bodies[0]!.body).attachments;
+    t.is(attachment!.size, size);
+    t.is(attachment!.content, encoded);
+  });
+}
+
+test('parseMessage takes the raw bytes over and lets go of them', async (t) => {
+  const taken = input(fixture('plain.eml'));
+  okOutput(await parseMessage(taken));
+  t.is(taken.raw.byteLength, 0);
+});
+
 test('one body per delivery, differing only in to and plus_tag', async (t) => {
   const deliveries: DeliverySpec[] = [
     { key: 'route-support', to: ['support@example.net'] },
