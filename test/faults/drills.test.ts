@@ -270,13 +270,7 @@ test.serial('bad receivers: hang, trickle, 500s and resets do not hold up a heal
   t.true(rssAfter - rssBefore < 150, `worker RSS ${Math.round(rssBefore)} -> ${Math.round(rssAfter)} MB`);
 });
 
-// Not in CI yet: run with FAULTS_SCALE=long, or FAULTS_OUTAGE=1 at the short sizes. The database no
-// longer wedges (src/store/local-server.ts), but 7 of 14 short runs and 3 of 4 long ones failed
-// here, mostly on the service: a worker that never reconnected after the restart, messages answered
-// 451 yet stored and delivered, an actor that hung while its lease was renewed (docs/RELIABILITY.md).
-const outageDrill = LONG || process.env.FAULTS_OUTAGE === '1' ? test.serial : test.serial.skip;
-
-outageDrill(
+test.serial(
   'database outage: stopped (SIGSTOP), then refusing connections: 4xx, never 250 or 5xx; recovery without a restart',
   async (t) => {
     const server = await startLocalServer({
