@@ -103,6 +103,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
           http_port: message.httpPort,
           smtp_port: message.smtpPort,
           workers: config.workers,
+          worker_pids: [...ready].map((id) => cluster.workers?.[id]?.process.pid),
         },
         'service ready',
       );

@@ -65,7 +65,7 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
     const onData = () => {
       for (const line of out.split('\n')) {
         if (!line.includes('"service.ready"')) continue;
-        const ready = JSON.parse(line) as { http_port: number; smtp_port: number };
+        const ready = JSON.parse(line) as { http_port: number; smtp_port: number; worker_pids: number[] };
         clearTimeout(timer);
         child.stdout?.off('data', onData);
         resolve({
@@ -85,7 +85,9 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
             return exited;
           },
           workerPids() {
-            const pids = new Set<number>();
+            // the first ones from the ready line (their own log lines may come a moment later),
+            // replacements from their log lines
+            const pids = new Set<number>(ready.worker_pids);
             for (const line of out.split('\n')) {
               const match = /"pid":(\d+),"role":"worker"/.exec(line);
               if (match) pids.add(Number(match[1]));
