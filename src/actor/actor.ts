@@ -8,7 +8,7 @@ import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import type { DeliveryBody } from '../parse/payload.ts';
-import type { ParsePool } from '../parse/pool.ts';
+import type { Parser } from '../parse/pool.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
 import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
 import { writeAsOwner } from '../store/messages.ts';
@@ -24,7 +24,7 @@ import {
 
 export interface ActorDeps {
   store: Store;
-  pool: ParsePool;
+  pool: Parser;
   client: WebhookClient;
   directory: RouteDirectory;
   retryDelays: readonly number[];

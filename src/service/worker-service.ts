@@ -10,7 +10,7 @@ import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
 import type { Logger } from '../log/logger.ts';
-import { ParsePool } from '../parse/pool.ts';
+import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import type { Store } from '../store/mongo.ts';
@@ -57,7 +57,7 @@ export async function prepareWorkerService({
   logger,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
-  const pool = new ParsePool({
+  const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
   });

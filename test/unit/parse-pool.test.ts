@@ -1,11 +1,12 @@
 // ParsePool against real piscina worker threads: a parse round trip, concurrency, a full queue, a
-// worker that runs out of heap, transfer of the raw bytes, and close().
+// worker that runs out of heap, transfer of the raw bytes, and close(). ParseLanes: small messages
+// are not queued behind large ones.
 
 import { readFileSync } from 'node:fs';
 import test from 'ava';
 import type { ParseInput } from '../../src/parse/payload.ts';
 import type { PoolParseOutput } from '../../src/parse/pool.ts';
-import { ParsePool } from '../../src/parse/pool.ts';
+import { ParseLanes, ParsePool } from '../../src/parse/pool.ts';
 
 const PLAIN = readFileSync(new URL('../fixtures/eml/plain.eml', import.meta.url));
 
@@ -107,5 +108,41 @@ const INVALID_OPTIONS = Object.freeze([
 for (const row of INVALID_OPTIONS) {
   test(`the constructor rejects ${row.name}`, (t) => {
     t.throws(() => new ParsePool(row.options), { instanceOf: RangeError });
+  });
+}
+
+/** A message with an attachment of `bytes` (base64 in 76-column lines). */
+function withAttachment(bytes: number): ParseInput {
+  const encoded = Buffer.alloc(bytes, 7).toString('base64').replace(/.{76}/g, '$&\r\n');
+  const text =
+    'From: a@sender.example\r\nSubject: big\r\nMIME-Version: 1.0\r\n' +
+    'Content-Type: multipart/mixed; boundary="b"\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\nsee\r\n' +
+    '--b\r\nContent-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n' +
+    `${encoded}\r\n--b--\r\n`;
+  return input(new TextEncoder().encode(text));
+}
+
+for (const { name, lanes, smallFirst } of [
+  { name: 'lanes: a small message parsed while a large one is still parsing', lanes: true, smallFirst: true },
+  // the control: one shared thread makes the small message wait (so the test above can fail)
+  { name: 'one pool: a small message waits behind a large one', lanes: false, smallFirst: false },
+]) {
+  test(name, async (t) => {
+    const parser = lanes ? new ParseLanes({ threads: 1 }) : new ParsePool({ threads: 1 });
+    t.teardown(() => parser.close());
+    // both threads up (mailparser loaded) before the race
+    await Promise.all([parser.parse(plainInput()), parser.parse(withAttachment(300 * 1024))]);
+    const finished: string[] = [];
+    const large = parser.parse(withAttachment(12 * 1024 * 1024)).then((output) => {
+      finished.push('large');
+      return output;
+    });
+    const small = parser.parse(plainInput()).then((output) => {
+      finished.push('small');
+      return output;
+    });
+    const [largeOutput, smallOutput] = await Promise.all([large, small]);
+    t.true(largeOutput.ok && smallOutput.ok);
+    t.deepEqual(finished, smallFirst ? ['small', 'large'] : ['large', 'small']);
   });
 }
