@@ -21,7 +21,7 @@ import type { ProcessStats } from '../src/service/process-stats.ts';
 import { freePort, startLocalServer } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ServiceProcess, startService } from '../test/_support/service.ts';
-import { BENCH_DOMAIN, type MessageClass, MessageMix } from './bench/mix.ts';
+import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
 import { childrenOf, cpuSeconds, memoryMb, postgresPids } from './bench/proc.ts';
 import { type LoadCommand, type LoadResult, now } from './bench/smtp-load.ts';
 import type { Arrival } from './bench/webhook-sink.ts';
@@ -192,6 +192,24 @@ function latencies(values: number[]): { p50: number; p99: number; p999: number; 
   };
 }
 
+const mixShapes = new MessageMix();
+
+/** Latencies grouped by the class of each message (BENCH_CLASS sends one class only). */
+function byClass(
+  samples: Array<[seq: number, ms: number]>,
+): Partial<Record<MessageClass, ReturnType<typeof latencies> & { count: number }>> {
+  const groups = new Map<MessageClass, number[]>();
+  for (const [seq, ms] of samples) {
+    const kind = ONLY ?? mixShapes.shape(seq).kind;
+    const values = groups.get(kind);
+    if (values) values.push(ms);
+    else groups.set(kind, [ms]);
+  }
+  return Object.fromEntries(
+    [...groups].map(([kind, values]) => [kind, { count: values.length, ...latencies(values) }]),
+  );
+}
+
 /** CPU seconds of a set of processes between two moments, by pid (processes may come and go). */
 class CpuMeter {
   private readonly start = new Map<number, number>();
@@ -231,6 +249,9 @@ interface RunFigures {
   deliveredPerSecond: number;
   replyLatencyMs: ReturnType<typeof latencies>;
   webhookLatencyMs: ReturnType<typeof latencies>;
+  /** the same, by class of the mix: whether small messages wait behind large ones */
+  webhookLatencyByClassMs: Partial<Record<MessageClass, ReturnType<typeof latencies> & { count: number }>>;
+  replyLatencyByClassMs: Partial<Record<MessageClass, ReturnType<typeof latencies> & { count: number }>>;
   serviceCpuPer1000: number;
   databaseCpuPer1000: number;
   sinkCpuPer1000: number;
@@ -250,10 +271,35 @@ interface Scenario {
 let nextSeq = 1;
 let databasePid: () => number | undefined = () => undefined;
 
-/** One run against the service: fresh service and database, the load, every delivery awaited. */
+/**
+ * Messages sent through each fresh service before its measured run, and delivered: first use costs
+ * (the database creating its tables, the JIT, connection pools, caches) are not the steady state
+ * an operator runs at. Without it, a 20 s latency run spent its first 8 s at up to 1.9 s per 250.
+ */
+const WARM_UP = Object.freeze({ messages: 200, concurrency: 8 });
+
+async function warmUp(sink: Sink, port: number): Promise<number> {
+  const result = await runLoad({
+    mode: 'closed',
+    port,
+    concurrency: WARM_UP.concurrency,
+    total: WARM_UP.messages,
+    perConnection: 1,
+    firstSeq: nextSeq,
+    ...(ONLY ? { only: ONLY } : {}),
+  });
+  nextSeq += WARM_UP.messages;
+  const acknowledged = result.records.filter((r) => r[3] === 250).length;
+  await awaitDeliveries(sink, acknowledged);
+  await sink.take();
+  return acknowledged;
+}
+
+/** One run against the service: fresh service and database, warmed up, the load, every delivery awaited. */
 async function runAgainstService(sink: Sink, scenario: Scenario): Promise<RunFigures> {
   const running = await startBenchService(sink, scenario.workers);
   await sink.take();
+  const warmedWith = await warmUp(sink, running.service.smtpPort);
   const databasePids = () => [databasePid() ?? 0, ...postgresPids()].filter(Boolean);
   const serviceCpu = new CpuMeter(running.pids);
   const databaseCpu = new CpuMeter(databasePids);
@@ -270,7 +316,7 @@ async function runAgainstService(sink: Sink, scenario: Scenario): Promise<RunFig
   peakRssMb.ferretdb = Math.round(memoryMb(databasePid() ?? 0).peak);
   const arrivals = await sink.take();
   const stats = await stopBenchService(running);
-  return figures(result, arrivals, cpu, peakRssMb, stats);
+  return figures(result, arrivals, cpu, peakRssMb, stats, warmedWith);
 }
 
 function figures(
@@ -279,6 +325,8 @@ function figures(
   cpu: { service: number; database: number; sink: number },
   peakRssMb: Record<string, number>,
   stats: ProcessStats[],
+  /** delivered before the measurement: their commands are in the workers' counts too */
+  warmedWith = 0,
 ): RunFigures {
   const acknowledged = result.records.filter((r) => r[3] === 250);
   const firstArrival = new Map<number, number>();
@@ -302,12 +350,14 @@ function figures(
       : 0,
     replyLatencyMs: latencies(acknowledged.map((r) => r[2] - r[1])),
     webhookLatencyMs: latencies(delivered.map((r) => firstArrival.get(r[0])! - r[1])),
+    webhookLatencyByClassMs: byClass(delivered.map((r) => [r[0], firstArrival.get(r[0])! - r[1]])),
+    replyLatencyByClassMs: byClass(acknowledged.map((r) => [r[0], r[2] - r[1]])),
     serviceCpuPer1000: per1000(cpu.service),
     databaseCpuPer1000: per1000(cpu.database),
     sinkCpuPer1000: per1000(cpu.sink),
     peakRssMb,
     databaseCommandsPerDelivered: delivered.length
-      ? Math.round((totalCommands / delivered.length) * 100) / 100
+      ? Math.round((totalCommands / (delivered.length + warmedWith)) * 100) / 100
       : Number.NaN,
     commands,
     eventLoopDelayP99Ms: Math.max(0, ...stats.map((s) => s.eventLoopDelayMs.p99)),
@@ -809,6 +859,23 @@ function renderFigures(results: Record<string, unknown>): string {
     lines.push(
       `| ${row.share * 100}% | ${row.rate} | ${row.replyLatencyMs.p50} / ${row.replyLatencyMs.p99} / ${row.replyLatencyMs.p999} | ${row.webhookLatencyMs.p50} / ${row.webhookLatencyMs.p99} / ${row.webhookLatencyMs.p999} | ${row.lost} |`,
     );
+  lines.push(
+    '',
+    'By class of the mix (same runs):',
+    '',
+    '| share of saturation | class | messages | end of DATA to 250 p50 / p99 ms | end of DATA to webhook p50 / p99 ms |',
+    '|---|---|---|---|---|',
+  );
+  for (const row of results.latency as Array<RunFigures & { share: number }>) {
+    for (const { kind } of MIX) {
+      const reply = row.replyLatencyByClassMs?.[kind];
+      const webhook = row.webhookLatencyByClassMs?.[kind];
+      if (!reply || !webhook) continue;
+      lines.push(
+        `| ${row.share * 100}% | ${kind} | ${webhook.count} | ${reply.p50} / ${reply.p99} | ${webhook.p50} / ${webhook.p99} |`,
+      );
+    }
+  }
   const scaling = results.scaling as Record<
     string,
     Record<string, { median: number; min: number; max: number }>
