@@ -11,7 +11,15 @@ export interface ParsePoolOptions {
   maxQueue?: number;
   /** largest raw message the heap limit is sized for; default 25 MiB */
   maxMessageBytes?: number;
+  /**
+   * start the threads with the first task rather than at once, and let them go after 10 idle
+   * minutes; default false
+   */
+  onDemand?: boolean;
 }
+
+// a thread started on demand stays this long after its last task
+const ON_DEMAND_IDLE_MS = 10 * 60_000;
 
 /** What parse() takes: the raw message whole, or as the chunks it arrived in. */
 export type PoolInput = Omit<ParseInput, 'raw'> & { raw: Uint8Array | readonly Uint8Array[] };
@@ -62,8 +70,9 @@ export class ParsePool implements Parser {
     this.#capacity = threads + maxQueue;
     this.#pool = new Piscina<ThreadInput, ParseOutput>({
       filename: WORKER_URL,
-      minThreads: threads,
+      minThreads: options.onDemand ? 0 : threads,
       maxThreads: threads,
+      ...(options.onDemand ? { idleTimeout: ON_DEMAND_IDLE_MS } : {}),
       maxQueue,
       resourceLimits: {
         maxOldGenerationSizeMb: Math.ceil((maxMessageBytes * HEAP.perMessageByte) / MIB) + HEAP.baseMb,
@@ -176,13 +185,16 @@ export class ParseLanes implements Parser {
       options.largeFromBytes ?? DEFAULT_LARGE_FROM_BYTES,
     );
     // the same heap limit in both: a small message can still expand (10,000 parts) in a parse
-    const pool = (): ParsePool =>
+    const pool = (onDemand: boolean): ParsePool =>
       new ParsePool({
         threads: options.threads,
+        onDemand,
         ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
       });
-    this.#small = pool();
-    this.#large = pool();
+    this.#small = pool(false);
+    // on demand: a process starting (a standby replacing a killed worker, on busy cores) boots one
+    // parse thread, as before the lanes; the first large message pays the second one's start
+    this.#large = pool(true);
   }
 
   parse(input: PoolInput): Promise<PoolParseOutput> {

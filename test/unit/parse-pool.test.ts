@@ -146,3 +146,13 @@ for (const { name, lanes, smallFirst } of [
     t.deepEqual(finished, smallFirst ? ['small', 'large'] : ['large', 'small']);
   });
 }
+
+test('an on-demand pool takes a burst that arrives before its thread has started', async (t) => {
+  const pool = new ParsePool({ threads: 1, onDemand: true });
+  t.teardown(() => pool.close());
+  const outputs = await Promise.all(Array.from({ length: 8 }, () => pool.parse(plainInput())));
+  t.deepEqual(
+    outputs.map((output) => (output.ok ? 'ok' : output.code)),
+    Array(8).fill('ok'),
+  );
+});
