@@ -4,7 +4,7 @@
 // caught it: FerretDB killed under load, a heartbeat "started" and never succeeded nor failed), and
 // from then on every operation fails server selection against a description frozen at "Unknown",
 // even once the server answers again. A heartbeat outstanding far past the driver's own timeouts
-// (connect + handshake) can only be that; the client is then closed and connected again, which
+// (connect + handshake, and for an awaited one the server's own wait) can only be that; the client is then closed and connected again, which
 // keeps every Collection and GridFSBucket handle valid (they reach the server through the client).
 import type { MongoClient } from 'mongodb';
 
@@ -13,6 +13,11 @@ export interface MonitorWatchdogOptions {
   connectTimeoutMs: number;
   /** a heartbeat outstanding longer than this has hung; default 2 × connectTimeoutMs + 5 s */
   silentLimitMs?: number;
+  /**
+   * more allowed to an awaited heartbeat (MongoDB's streaming protocol: the server holds the reply
+   * up to heartbeatFrequencyMS when nothing changes); default 10 s, the driver's default frequency
+   */
+  awaitedExtraMs?: number;
   /** how often outstanding heartbeats are looked at; default 1 s */
   checkEveryMs?: number;
   /** told each time the client is reconnected, with the server and how long its heartbeat hung */
@@ -24,13 +29,14 @@ export interface MonitorWatchdogOptions {
 // past the driver's own limits (connect, then hello, each connectTimeoutMS) with a margin for a
 // busy event loop
 const SLACK_MS = 5000;
+const DEFAULT_AWAITED_EXTRA_MS = 10_000;
 
 export class MonitorWatchdog {
   readonly #client: MongoClient;
   readonly #limitMs: number;
   readonly #options: MonitorWatchdogOptions;
-  /** heartbeats started and not yet answered, by server address */
-  readonly #outstanding = new Map<string, number>();
+  /** heartbeats started and not yet answered, by server address: when they must be answered by */
+  readonly #outstanding = new Map<string, { startedAt: number; deadline: number }>();
   readonly #timer: NodeJS.Timeout;
   #reconnecting: Promise<void> | null = null;
   /** the heartbeat that hung, while the client is closed and not yet connected again */
@@ -41,8 +47,12 @@ export class MonitorWatchdog {
     this.#client = client;
     this.#options = options;
     this.#limitMs = options.silentLimitMs ?? 2 * options.connectTimeoutMs + SLACK_MS;
+    const awaitedExtraMs = options.awaitedExtraMs ?? DEFAULT_AWAITED_EXTRA_MS;
     client.on('serverHeartbeatStarted', (event) => {
-      if (!this.#outstanding.has(event.connectionId)) this.#outstanding.set(event.connectionId, Date.now());
+      if (this.#outstanding.has(event.connectionId)) return;
+      const startedAt = Date.now();
+      const deadline = startedAt + this.#limitMs + (event.awaited ? awaitedExtraMs : 0);
+      this.#outstanding.set(event.connectionId, { startedAt, deadline });
     });
     const answered = (event: { connectionId: string }) => this.#outstanding.delete(event.connectionId);
     client.on('serverHeartbeatSucceeded', answered);
@@ -61,8 +71,8 @@ export class MonitorWatchdog {
     if (this.#stopped || this.#reconnecting) return;
     if (!this.#wedged) {
       const now = Date.now();
-      for (const [server, startedAt] of this.#outstanding) {
-        if (now - startedAt > this.#limitMs) this.#wedged = { server, silentForMs: now - startedAt };
+      for (const [server, { startedAt, deadline }] of this.#outstanding) {
+        if (now > deadline) this.#wedged = { server, silentForMs: now - startedAt };
       }
       if (!this.#wedged) return;
       this.#outstanding.clear();

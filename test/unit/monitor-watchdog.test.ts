@@ -9,7 +9,7 @@ import { databaseUri, freshDbName } from '../_support/db.ts';
 const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A connected client under a watchdog with a short limit, and what the test watches of it. */
-async function watchedClient(t: import('ava').ExecutionContext, silentLimitMs: number) {
+async function watchedClient(t: import('ava').ExecutionContext, silentLimitMs: number, awaitedExtraMs = 0) {
   const client = new MongoClient(await databaseUri(), {
     serverSelectionTimeoutMS: 5000,
     heartbeatFrequencyMS: 500,
@@ -20,6 +20,7 @@ async function watchedClient(t: import('ava').ExecutionContext, silentLimitMs: n
   const watchdog = new MonitorWatchdog(client, {
     connectTimeoutMs: 100,
     silentLimitMs,
+    awaitedExtraMs,
     checkEveryMs: 50,
     onReconnect: (detail) => seen.reconnects.push(detail),
   });
@@ -55,4 +56,14 @@ test('a client whose heartbeats are answered is left alone', async (t) => {
   t.true(heartbeats >= 2, `${heartbeats} heartbeats seen`);
   t.deepEqual(seen.reconnects, []);
   t.is(seen.topologiesOpened, 0);
+});
+
+test('an awaited heartbeat (streaming protocol) gets its extra time before it counts as silent', async (t) => {
+  const { client, seen } = await watchedClient(t, 200, 1500);
+  client.emit('serverHeartbeatStarted', { connectionId: 'streaming.example:27017', awaited: true } as never);
+  await wait(800);
+  t.deepEqual(seen.reconnects, [], 'past the plain limit, within the awaited one');
+  for (let i = 0; i < 100 && seen.reconnects.length === 0; i++) await wait(50);
+  t.is(seen.reconnects.length, 1);
+  t.true(seen.reconnects[0]!.silentForMs > 1700);
 });
