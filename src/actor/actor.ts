@@ -115,7 +115,7 @@ export class MessageActor {
   }
 
   /** Runs until the message is final, waits for a retry, or is lost to another owner. */
-  async run(raw?: readonly Uint8Array[]): Promise<void> {
+  async run(raw?: Uint8Array): Promise<void> {
     try {
       let bodies: Map<string, DeliveryBody> | undefined;
       if (this.doc.state === 'queued' && (this.doc.claims ?? 0) >= MAX_CLAIMS_WHILE_QUEUED) {
@@ -220,9 +220,7 @@ export class MessageActor {
   }
 
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
-  private async parseAndRoute(
-    raw: readonly Uint8Array[] | undefined,
-  ): Promise<Map<string, DeliveryBody> | undefined> {
+  private async parseAndRoute(raw: Uint8Array | undefined): Promise<Map<string, DeliveryBody> | undefined> {
     const deliveries = await this.planDeliveries();
     const pending = deliveries.filter((d) => d.state === 'routed');
     const output = await this.parse(raw, pending);
@@ -315,7 +313,7 @@ export class MessageActor {
     });
   }
 
-  private async parse(raw: readonly Uint8Array[] | undefined, deliveries: readonly DeliveryDoc[]) {
+  private async parse(raw: Uint8Array | undefined, deliveries: readonly DeliveryDoc[]) {
     const bytes = raw ?? (await readRaw(this.deps.store, this.doc.raw_id));
     const specs = await Promise.all(
       deliveries.map(async (d) => {

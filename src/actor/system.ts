@@ -96,7 +96,7 @@ export class ActorSystem {
   }
 
   /** Drives a message this process has just accepted (it owns epoch 1 from the insert). */
-  adopt(doc: MessageDoc, raw: readonly Uint8Array[]): void {
+  adopt(doc: MessageDoc, raw: Uint8Array): void {
     this.spawn(doc, raw);
   }
 
@@ -125,7 +125,7 @@ export class ActorSystem {
     return 'ok';
   }
 
-  private spawn(doc: MessageDoc, raw?: readonly Uint8Array[]): void {
+  private spawn(doc: MessageDoc, raw?: Uint8Array): void {
     const actor = new MessageActor(this.deps, doc);
     this.track(actor, actor.run(raw));
   }

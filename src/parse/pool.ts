@@ -21,11 +21,6 @@ export interface ParsePoolOptions {
 // a thread started on demand stays this long after its last task
 const ON_DEMAND_IDLE_MS = 10 * 60_000;
 
-/** What parse() takes: the raw message whole, or as the chunks it arrived in. */
-export type PoolInput = Omit<ParseInput, 'raw'> & { raw: Uint8Array | readonly Uint8Array[] };
-/** What crosses into the thread: always chunks (see workers/parse-thread.ts). */
-export type ThreadInput = Omit<ParseInput, 'raw'> & { raw: Uint8Array[] };
-
 export type PoolParseOutput =
   | ParseOutput
   | { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
@@ -52,7 +47,7 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 ]);
 
 export class ParsePool implements Parser {
-  #pool: Piscina<ThreadInput, ParseOutput>;
+  #pool: Piscina<ParseInput, ParseOutput>;
   #closed: Promise<void> | null = null;
   /** tasks handed to piscina and not finished: at most its threads plus its queue */
   #admitted = 0;
@@ -68,7 +63,7 @@ export class ParsePool implements Parser {
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
     this.#capacity = threads + maxQueue;
-    this.#pool = new Piscina<ThreadInput, ParseOutput>({
+    this.#pool = new Piscina<ParseInput, ParseOutput>({
       filename: WORKER_URL,
       minThreads: options.onDemand ? 0 : threads,
       maxThreads: threads,
@@ -92,7 +87,7 @@ export class ParsePool implements Parser {
    * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
    * When threads and queue are full, the call waits for a place (messages are not failed for load).
    */
-  async parse(input: PoolInput): Promise<PoolParseOutput> {
+  async parse(input: ParseInput): Promise<PoolParseOutput> {
     while (this.#closed === null && this.#admitted >= this.#capacity)
       await new Promise<void>((resolve) => this.#waiting.push(resolve));
     if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
@@ -105,15 +100,10 @@ export class ParsePool implements Parser {
     }
   }
 
-  async #run(input: PoolInput): Promise<PoolParseOutput> {
-    // the message as received, in the chunks it arrived in: the thread joins them, so the event
-    // loop never holds a second whole copy
-    const chunks = (Array.isArray(input.raw) ? input.raw : [input.raw]).map((chunk) =>
-      ownsWholeBuffer(chunk) ? chunk : new Uint8Array(chunk),
-    );
-    const task: ThreadInput = { ...input, raw: chunks };
+  async #run(input: ParseInput): Promise<PoolParseOutput> {
+    const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
     try {
-      return await this.#pool.run(task, { transferList: chunks.map((chunk) => chunk.buffer) });
+      return await this.#pool.run({ ...input, raw }, { transferList: [raw.buffer] });
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // queued tasks that close() abandons end here too: the pool went away, the message did not fail
@@ -154,7 +144,7 @@ function positiveInteger(name: string, value: number): number {
 export interface ParseLanesOptions {
   /** threads of each lane */
   threads: number;
-  /** largest raw message (the large lane's heap is sized for it); default 25 MiB */
+  /** largest raw message (each lane's heap is sized for it); default 25 MiB */
   maxMessageBytes?: number;
   /** messages of this many bytes or more take the large lane; default 256 KiB */
   largeFromBytes?: number;
@@ -162,7 +152,7 @@ export interface ParseLanesOptions {
 
 /** What actors parse with: one pool, or lanes of pools. */
 export interface Parser {
-  parse(input: PoolInput): Promise<PoolParseOutput>;
+  parse(input: ParseInput): Promise<PoolParseOutput>;
   close(): Promise<void>;
 }
 
@@ -197,11 +187,8 @@ export class ParseLanes implements Parser {
     this.#large = pool(true);
   }
 
-  parse(input: PoolInput): Promise<PoolParseOutput> {
-    const chunks = Array.isArray(input.raw) ? input.raw : [input.raw];
-    let bytes = 0;
-    for (const chunk of chunks) bytes += chunk.byteLength;
-    return (bytes >= this.#largeFromBytes ? this.#large : this.#small).parse(input);
+  parse(input: ParseInput): Promise<PoolParseOutput> {
+    return (input.raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small).parse(input);
   }
 
   async close(): Promise<void> {

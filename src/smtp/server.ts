@@ -19,6 +19,7 @@ import { newId } from '../store/ids.ts';
 import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawUpload, type RawUpload } from '../store/raw.ts';
+import { withDeadline } from '../util/deadline.ts';
 import { useOwnEnhancedCodes } from './replies.ts';
 
 export const MAX_RECIPIENTS = 100;
@@ -46,14 +47,6 @@ export interface SmtpDeps {
 
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
-}
-
-function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
 export function createSmtpServer(deps: SmtpDeps): SMTPServer {
@@ -166,14 +159,18 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         // chunks (often slices of larger socket buffers) go now
         const whole = Buffer.concat(chunks, bytes);
         chunks.length = 0;
-        withDeadline(record(id, upload, whole, session), STORE_DEADLINE_MS, 'storing the message').then(
+        withDeadline(
+          record(id, upload, whole, session),
+          STORE_DEADLINE_MS,
+          () => new Error(`storing the message took longer than ${STORE_DEADLINE_MS} ms`),
+        ).then(
           (doc) => {
             log.info(
               { event: EVENTS.smtpAccepted, message: id, size: bytes, recipients: doc.to.length },
               'accepted',
             );
             callback(null, `OK: queued as ${id}`);
-            actors.adopt(doc, [whole]);
+            actors.adopt(doc, whole);
           },
           (err: unknown) => {
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');

@@ -1,6 +1,7 @@
 // Coalesces concurrent writes into one database command: while a command is in flight, the writes
 // that arrive wait and then go together. A lone write goes at once (no timer, no added latency);
 // under load, many messages share one round trip and one commit.
+import { withDeadline } from '../util/deadline.ts';
 
 export interface BatcherOptions<Op, Result> {
   /** performs the writes together; the results in the same order (one rejection fails them all) */
@@ -46,9 +47,11 @@ export class Batcher<Op, Result> {
     while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.options.maxBatch);
       this.inFlight++;
+      const deadlineMs = this.options.deadlineMs ?? DEFAULT_DEADLINE_MS;
       withDeadline(
         this.options.flush(batch.map((entry) => entry.op)),
-        this.options.deadlineMs ?? DEFAULT_DEADLINE_MS,
+        deadlineMs,
+        () => new BatchDeadlineError(deadlineMs),
       )
         .then(
           (results) => {
@@ -64,14 +67,4 @@ export class Batcher<Op, Result> {
         });
     }
   }
-}
-
-function withDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new BatchDeadlineError(ms)), ms);
-  });
-  // a flush settling after its deadline has nobody waiting: its rejection must not go unhandled
-  work.catch(() => {});
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }

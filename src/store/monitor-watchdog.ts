@@ -4,8 +4,9 @@
 // caught it: FerretDB killed under load, a heartbeat "started" and never succeeded nor failed), and
 // from then on every operation fails server selection against a description frozen at "Unknown",
 // even once the server answers again. A heartbeat outstanding far past the driver's own timeouts
-// (connect + handshake, and for an awaited one the server's own wait) can only be that; the client is then closed and connected again, which
-// keeps every Collection and GridFSBucket handle valid (they reach the server through the client).
+// (connect + handshake, and for an awaited one the server's own wait) can only be that; the client
+// is then closed and connected again, which keeps every Collection and GridFSBucket handle valid
+// (they reach the server through the client).
 import type { MongoClient } from 'mongodb';
 
 export interface MonitorWatchdogOptions {
@@ -33,7 +34,6 @@ const DEFAULT_AWAITED_EXTRA_MS = 10_000;
 
 export class MonitorWatchdog {
   readonly #client: MongoClient;
-  readonly #limitMs: number;
   readonly #options: MonitorWatchdogOptions;
   /** heartbeats started and not yet answered, by server address: when they must be answered by */
   readonly #outstanding = new Map<string, { startedAt: number; deadline: number }>();
@@ -46,12 +46,12 @@ export class MonitorWatchdog {
   constructor(client: MongoClient, options: MonitorWatchdogOptions) {
     this.#client = client;
     this.#options = options;
-    this.#limitMs = options.silentLimitMs ?? 2 * options.connectTimeoutMs + SLACK_MS;
+    const limitMs = options.silentLimitMs ?? 2 * options.connectTimeoutMs + SLACK_MS;
     const awaitedExtraMs = options.awaitedExtraMs ?? DEFAULT_AWAITED_EXTRA_MS;
     client.on('serverHeartbeatStarted', (event) => {
       if (this.#outstanding.has(event.connectionId)) return;
       const startedAt = Date.now();
-      const deadline = startedAt + this.#limitMs + (event.awaited ? awaitedExtraMs : 0);
+      const deadline = startedAt + limitMs + (event.awaited ? awaitedExtraMs : 0);
       this.#outstanding.set(event.connectionId, { startedAt, deadline });
     });
     const answered = (event: { connectionId: string }) => this.#outstanding.delete(event.connectionId);

@@ -6,7 +6,7 @@
 import test from 'ava';
 import type { ParseInput } from '../../src/parse/payload.ts';
 import { parseMessage } from '../../src/parse/payload.ts';
-import type { PoolInput, PoolParseOutput } from '../../src/parse/pool.ts';
+import type { PoolParseOutput } from '../../src/parse/pool.ts';
 import { ParsePool } from '../../src/parse/pool.ts';
 import type { BombClass, MimeBomb } from '../_support/mime-bombs.ts';
 import {
@@ -130,7 +130,7 @@ let poolsReplaced = 0;
 test.after.always(() => pool.close());
 
 /** Runs one input through the pool against its deadline; a hang replaces the pool. */
-async function parseInPool(input: PoolInput, deadlineMs: number): Promise<PoolParseOutput | 'hang' | Error> {
+async function parseInPool(input: ParseInput, deadlineMs: number): Promise<PoolParseOutput | 'hang' | Error> {
   try {
     const result = await withDeadline(pool.parse(input), deadlineMs);
     if (result === 'hang') {
