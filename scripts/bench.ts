@@ -18,30 +18,79 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ProcessStats } from '../src/service/process-stats.ts';
-import { freePort, startLocalServer } from '../src/store/local-server.ts';
+import { answers, freePort, type LocalServer, startLocalServer } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
+import { seedHistory } from '../src/store/seed.ts';
 import { type ServiceProcess, startService } from '../test/_support/service.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
-import { childrenOf, cpuSeconds, memoryMb, postgresPids } from './bench/proc.ts';
+import { childrenOf, commandLine, cpuSeconds, memoryMb, postgresPids } from './bench/proc.ts';
 import { type LoadCommand, type LoadResult, now } from './bench/smtp-load.ts';
 import type { Arrival } from './bench/webhook-sink.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const QUICK = process.env.BENCH_SCALE === 'quick';
 const REPEATS = QUICK ? 1 : 3;
-/** BENCH_PARTS=matrix,latency,... runs only those parts (and writes no report) */
+/** the parts that share one FerretDB over PostgreSQL and one section of docs/BENCHMARKS.md */
+const SHARED_DATABASE_PARTS = ['matrix', 'smtp-source', 'latency', 'scaling', 'memory', 'api'];
+/**
+ * BENCH_PARTS=matrix,latency,... runs only those parts. The figures section is written only when
+ * all of SHARED_DATABASE_PARTS ran; e2e and history (each on databases of its own) write their own
+ * sections whenever they run at full scale.
+ */
 const PARTS = new Set(
-  (process.env.BENCH_PARTS ?? 'matrix,smtp-source,latency,scaling,memory,api')
+  (process.env.BENCH_PARTS ?? [...SHARED_DATABASE_PARTS, 'e2e', 'history'].join(','))
     .split(',')
     .map((p) => p.trim()),
 );
-const ALL_PARTS = PARTS.size === 6;
+const ALL_PARTS = SHARED_DATABASE_PARTS.every((part) => PARTS.has(part));
 /** BENCH_CLASS=text sends only that class of the mix (for looking into one kind of message) */
 const ONLY = process.env.BENCH_CLASS as MessageClass | undefined;
 /** BENCH_CONCURRENCY=16 runs the matrix at that concurrency only */
 const CONCURRENCY = process.env.BENCH_CONCURRENCY ? [Number(process.env.BENCH_CONCURRENCY)] : [1, 16, 64];
 const API_KEY = 'bench-key-0123456789';
 const log = (text: string) => process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${text}\n`);
+
+// ---------- issue 11's parts: e2e and history ----------
+
+/** Issue 11's end-to-end load: Postfix's smtp-source, 2,000 messages of 10 KB over 16 persistent sessions. */
+const E2E = Object.freeze({
+  load: { sessions: 16, total: QUICK ? 500 : 2000, persistent: true, bytes: 10240 },
+  /** delivered before each measured run, with the same load shape (see WARM_UP) */
+  warmUp: { sessions: 16, total: 100, persistent: true, bytes: 10240 },
+  runs: QUICK ? 1 : 3,
+  /** a run that delivers nothing new for this long is over */
+  quietMs: 60_000,
+});
+
+const HISTORY = Object.freeze({
+  /** BENCH_HISTORY_BACKENDS=sqlite,postgresql: FerretDB's backends to measure on */
+  backends: (process.env.BENCH_HISTORY_BACKENDS ?? 'sqlite,postgresql').split(',') as Array<
+    'sqlite' | 'postgresql'
+  >,
+  /** BENCH_HISTORY=200000: the history's size (each backend is also measured with none) */
+  size: Number(process.env.BENCH_HISTORY ?? 200_000),
+  /** the mix, closed loop, persistent sessions */
+  concurrency: 16,
+  messages: QUICK ? 160 : 320,
+  /** waiting for deliveries ends after this long (warm-up and run each): the run reports what came */
+  deliveryDeadlineMs: 180_000,
+  requests: QUICK ? 100 : 300,
+  requestTimeoutMs: 10_000,
+  /** an endpoint is given up after this many timeouts, or after this long in all */
+  maxTimeouts: 3,
+  endpointBudgetMs: 60_000,
+  /** the keyset page: this many messages from the newest */
+  cursorDepth: 10_000,
+});
+
+/** Issue 11's targets: ms at p99 (the cursor page: every sample) */
+const HISTORY_TARGETS = Object.freeze({
+  'GET /messages': 50,
+  'GET /messages?state=dlq': 50,
+  'GET /messages/{id}': 20,
+  'GET /messages?before=<id 10,000 deep>': 50,
+  deliveredRatio: 0.9,
+});
 
 // ---------- the parts: Postfix's tools, the database, the sink, the service ----------
 
@@ -127,11 +176,72 @@ interface RunningService {
   pids(): number[];
 }
 
-let databaseUri = '';
+/** A database server the bench started: its URI (no database name) and what its CPU is. */
+interface BenchDatabase {
+  uri: string;
+  backend: 'sqlite' | 'postgresql' | 'other';
+  pid(): number | undefined;
+  /** the server's processes: FerretDB, and with PostgreSQL every PostgreSQL process on the machine */
+  pids(): number[];
+}
+
+/** The shared parts' database (FerretDB over PostgreSQL when one answers), started in main. */
+let mainDatabase: BenchDatabase | undefined;
 let runCounter = 0;
 
+function benchDatabase(server: LocalServer): BenchDatabase {
+  const backend = server.kind !== 'ferretdb' ? 'other' : usesPostgres(server) ? 'postgresql' : 'sqlite';
+  const pid = server.pid ?? (() => undefined);
+  return {
+    uri: server.uri,
+    backend,
+    pid,
+    pids: () => [pid() ?? 0, ...(backend === 'postgresql' ? postgresPids() : [])].filter(Boolean),
+  };
+}
+
+function usesPostgres(server: LocalServer): boolean {
+  const pid = server.pid?.();
+  return pid !== undefined && commandLine(pid).includes('--handler=postgresql');
+}
+
+/**
+ * Runs `use` on a FerretDB of its own (the launcher the development default and the tests use) over
+ * SQLite (`npm start`'s default) or PostgreSQL, in a throwaway folder; stops and removes it after.
+ */
+async function withDatabase<T>(
+  backend: 'sqlite' | 'postgresql',
+  use: (database: BenchDatabase) => Promise<T>,
+): Promise<T> {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `mailroute-bench-${backend}-`));
+  const server = await startLocalServer({
+    dataDir: dir,
+    ferretBackend: backend === 'sqlite' ? 'sqlite' : 'auto',
+  });
+  try {
+    const database = benchDatabase(server);
+    if (database.backend !== backend)
+      throw new Error(`wanted FerretDB over ${backend}, got ${database.backend}`);
+    return await use(database);
+  } finally {
+    await server.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+interface ServiceTarget {
+  /** the server; the shared parts' database by default */
+  database?: BenchDatabase;
+  /** an existing database on it (seeded, say); a fresh one by default */
+  dbName?: string;
+}
+
 /** The service in production mode on a database of its own, with the bench domain routed to the sink. */
-async function startBenchService(sink: Sink, workers: number, dbName?: string): Promise<RunningService> {
+async function startBenchService(
+  sink: Sink,
+  workers: number,
+  { database = mainDatabase!, dbName }: ServiceTarget = {},
+): Promise<RunningService> {
   const name = dbName ?? `bench_${process.pid}_${++runCounter}`;
   const statsFile = path.join(os.tmpdir(), `mailroute-bench-stats-${process.pid}-${runCounter}.jsonl`);
   rmSync(statsFile, { force: true });
@@ -140,7 +250,7 @@ async function startBenchService(sink: Sink, workers: number, dbName?: string): 
       NODE_ENV: 'production',
       LOG_LEVEL: 'error',
       WORKERS: String(workers),
-      MONGODB_URI: `${databaseUri.replace(/\/$/, '')}/${name}`,
+      MONGODB_URI: `${database.uri.replace(/\/$/, '')}/${name}`,
       SERVICE_API_KEY: API_KEY,
       STATS_FILE: statsFile,
     },
@@ -223,13 +333,19 @@ class CpuMeter {
   }
 }
 
-/** Waits until the sink has `expected` arrivals, or nothing arrived for `quietMs`. */
-async function awaitDeliveries(sink: Sink, expected: number, quietMs = 60_000): Promise<void> {
+/** Waits until the sink has `expected` arrivals, or nothing arrived for `quietMs`, or `deadlineMs` passed. */
+async function awaitDeliveries(
+  sink: Sink,
+  expected: number,
+  quietMs = 60_000,
+  deadlineMs = Number.POSITIVE_INFINITY,
+): Promise<void> {
   let last = -1;
   let lastChange = Date.now();
+  const deadline = Date.now() + deadlineMs;
   for (;;) {
     const { count } = await sink.count();
-    if (count >= expected) return;
+    if (count >= expected || Date.now() > deadline) return;
     if (count !== last) {
       last = count;
       lastChange = Date.now();
@@ -269,7 +385,6 @@ interface Scenario {
 }
 
 let nextSeq = 1;
-let databasePid: () => number | undefined = () => undefined;
 
 /**
  * Messages sent through each fresh service before its measured run, and delivered: first use costs
@@ -278,7 +393,7 @@ let databasePid: () => number | undefined = () => undefined;
  */
 const WARM_UP = Object.freeze({ messages: 200, concurrency: 8 });
 
-async function warmUp(sink: Sink, port: number): Promise<number> {
+async function warmUp(sink: Sink, port: number, deadlineMs?: number): Promise<number> {
   const result = await runLoad({
     mode: 'closed',
     port,
@@ -290,33 +405,51 @@ async function warmUp(sink: Sink, port: number): Promise<number> {
   });
   nextSeq += WARM_UP.messages;
   const acknowledged = result.records.filter((r) => r[3] === 250).length;
-  await awaitDeliveries(sink, acknowledged);
+  await awaitDeliveries(sink, acknowledged, undefined, deadlineMs);
   await sink.take();
   return acknowledged;
 }
 
+interface RunOptions<T> extends ServiceTarget {
+  /** give up waiting for deliveries after this long (each of warm-up and run); the run reports what arrived */
+  deadlineMs?: number;
+  /** more measurements on the running service once the run's deliveries are in */
+  thenMeasure?: (running: RunningService) => Promise<T>;
+}
+
 /** One run against the service: fresh service and database, warmed up, the load, every delivery awaited. */
-async function runAgainstService(sink: Sink, scenario: Scenario): Promise<RunFigures> {
-  const running = await startBenchService(sink, scenario.workers);
+async function runAgainstService<T = undefined>(
+  sink: Sink,
+  scenario: Scenario,
+  options: RunOptions<T> = {},
+): Promise<RunFigures & { then?: T }> {
+  const database = options.database ?? mainDatabase!;
+  const running = await startBenchService(sink, scenario.workers, options);
   await sink.take();
-  const warmedWith = await warmUp(sink, running.service.smtpPort);
-  const databasePids = () => [databasePid() ?? 0, ...postgresPids()].filter(Boolean);
+  const warmedWith = await warmUp(sink, running.service.smtpPort, options.deadlineMs);
   const serviceCpu = new CpuMeter(running.pids);
-  const databaseCpu = new CpuMeter(databasePids);
+  const databaseCpu = new CpuMeter(database.pids);
   const sinkCpu = new CpuMeter(() => [sink.pid]);
   const firstSeq = nextSeq;
   const command = scenario.command(running.service.smtpPort, firstSeq);
   const result = await runLoad(command);
   nextSeq = Math.max(...result.records.map((r) => r[0]), nextSeq) + 1;
   const acknowledged = result.records.filter((r) => r[3] === 250);
-  await awaitDeliveries(sink, acknowledged.length);
+  await awaitDeliveries(sink, acknowledged.length, undefined, options.deadlineMs);
   const cpu = { service: serviceCpu.seconds(), database: databaseCpu.seconds(), sink: sinkCpu.seconds() };
-  const peakRssMb: Record<string, number> = {};
-  for (const pid of running.pids()) peakRssMb[`service ${pid}`] = Math.round(memoryMb(pid).peak);
-  peakRssMb.ferretdb = Math.round(memoryMb(databasePid() ?? 0).peak);
   const arrivals = await sink.take();
+  const then = await options.thenMeasure?.(running);
+  const peakRssMb = peakRss(running.pids(), database.pid());
   const stats = await stopBenchService(running);
-  return figures(result, arrivals, cpu, peakRssMb, stats, warmedWith);
+  return { ...figures(result, arrivals, cpu, peakRssMb, stats, warmedWith), ...(then ? { then } : {}) };
+}
+
+/** Peak RSS (VmHWM) of each service process and of FerretDB, in MB. */
+function peakRss(servicePids: readonly number[], databasePid: number | undefined): Record<string, number> {
+  const peaks: Record<string, number> = {};
+  for (const pid of servicePids) peaks[`service ${pid}`] = Math.round(memoryMb(pid).peak);
+  if (databasePid) peaks.ferretdb = Math.round(memoryMb(databasePid).peak);
+  return peaks;
 }
 
 function figures(
@@ -398,14 +531,21 @@ function sumCommands(stats: readonly ProcessStats[]): { byName: Record<string, n
   return { byName, total: Object.values(byName).reduce((a, b) => a + b, 0) };
 }
 
-/** smtp-source's own load (one fixed message, -N numbered recipients) against a port. */
+interface SmtpSourceLoad {
+  sessions: number;
+  total: number;
+  /** -d: all of a session's messages over one connection */
+  persistent: boolean;
+  /** -l: smtp-source's own generated message of this many bytes; default our 3 KB text message (-F) */
+  bytes?: number;
+}
+
+/** smtp-source's own load (-N numbered recipients) against a port. */
 async function runSmtpSource(
   tools: PostfixTools,
   port: number,
-  sessions: number,
-  total: number,
-  persistent: boolean,
-): Promise<{ startedAt: number; seconds: number; ok: boolean }> {
+  { sessions, total, persistent, bytes }: SmtpSourceLoad,
+): Promise<{ startedAt: number; seconds: number; ok: boolean; error?: string }> {
   const file = path.join(os.tmpdir(), 'mailroute-bench-smtp-source.eml');
   const message = new MessageMix().message(0, 'text');
   writeFileSync(
@@ -425,8 +565,7 @@ async function runSmtpSource(
       '-m',
       String(total),
       '-N',
-      '-F',
-      file,
+      ...(bytes ? ['-l', String(bytes)] : ['-F', file]),
       '-f',
       'load@sender.example',
       '-t',
@@ -435,7 +574,14 @@ async function runSmtpSource(
     ],
     { env: tools.env, encoding: 'utf8', timeout: 600_000 },
   );
-  return { startedAt: started, seconds: (now() - started) / 1000, ok: run.status === 0 };
+  const seconds = (now() - started) / 1000;
+  if (run.status === 0) return { startedAt: started, seconds, ok: true };
+  return {
+    startedAt: started,
+    seconds,
+    ok: false,
+    error: `${run.status ?? run.signal}: ${run.stderr.trim().slice(0, 300)}`,
+  };
 }
 
 function median(values: number[]): { median: number; min: number; max: number } {
@@ -507,16 +653,18 @@ function versions(tools: PostfixTools, databaseKind: string): Record<string, str
 
 const tools = postfixTools();
 const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-bench-db-'));
-const database = await startLocalServer({ dataDir, ferretBackend: 'auto' });
-databaseUri = database.uri;
-databasePid = database.pid ?? (() => undefined);
+// the shared parts' database; e2e and history start databases of their own
+const database = SHARED_DATABASE_PARTS.some((part) => PARTS.has(part))
+  ? await startLocalServer({ dataDir, ferretBackend: 'auto' })
+  : undefined;
+if (database) mainDatabase = benchDatabase(database);
 const sink = await startSink();
 const results: Record<string, unknown> = {
   date: new Date().toISOString(),
   scale: QUICK ? 'quick' : 'full',
-  versions: versions(tools, database.kind),
+  versions: versions(tools, database?.kind ?? 'ferretdb'),
 };
-log(`database ${database.kind} at ${database.uri}; sink on ${sink.port}`);
+log(`database ${database?.kind ?? '(per part)'} at ${database?.uri ?? '-'}; sink on ${sink.port}`);
 
 try {
   const workers = os.availableParallelism();
@@ -550,7 +698,7 @@ try {
     const running = await startBenchService(sink, workers);
     await sink.take();
     const serviceCpu = new CpuMeter(running.pids);
-    const sent = await runSmtpSource(tools, running.service.smtpPort, sessions, total, persistent);
+    const sent = await runSmtpSource(tools, running.service.smtpPort, { sessions, total, persistent });
     await awaitDeliveries(sink, total, 30_000);
     const arrivals = await sink.take();
     const unique = new Set(arrivals.map((a) => a[0])).size;
@@ -558,7 +706,7 @@ try {
     const cpu = serviceCpu.seconds();
     const stats = await stopBenchService(running);
     const ceiling = await withSmtpSink(tools, (port) =>
-      runSmtpSource(tools, port, sessions, total, persistent),
+      runSmtpSource(tools, port, { sessions, total, persistent }),
     );
     sourceRuns.push({
       pattern: persistent ? `${total / sessions} per connection` : '1 per connection',
@@ -633,21 +781,38 @@ try {
     results.api = await apiCase(sink, workers, QUICK ? 20_000 : 100_000);
     log(`api: ${JSON.stringify(results.api)}`);
   }
+
+  // 7. end to end on the development default, against Mailpit in the same run (issue 11)
+  if (PARTS.has('e2e')) {
+    const e2e = await e2eCase(tools, sink, workers);
+    results.e2e = e2e;
+    log(`e2e: ${JSON.stringify({ ...e2e, runs: undefined })}`);
+  }
+
+  // 8. with and without a history of final messages, on both of FerretDB's backends (issue 11)
+  if (PARTS.has('history')) {
+    results.history = await historyPart(sink, workers);
+  }
 } finally {
   sink.stop();
-  await database.stop();
+  await database?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 }
 
+const runFile = path.join(os.tmpdir(), `mailroute-bench-${process.pid}.json`);
+writeFileSync(runFile, `${JSON.stringify(results, null, 2)}\n`);
+log(`figures of this run in ${runFile}`);
 if (ALL_PARTS && !ONLY) {
-  writeFileSync(path.join(root, 'docs/benchmarks.json'), `${JSON.stringify(results, null, 2)}\n`);
-  writeReport(results);
-  log('wrote docs/benchmarks.json and docs/BENCHMARKS.md');
-} else {
-  const file = path.join(os.tmpdir(), `mailroute-bench-${process.pid}.json`);
-  writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
-  log(`a partial run: figures in ${file}, docs left as they are`);
+  const { e2e: _e2e, history: _history, ...shared } = results;
+  updateFigures(shared, '', renderFigures);
 }
+if (!QUICK && !ONLY && results.e2e) updateFigures({ e2e: results.e2e }, 'e2e', renderE2e);
+// one backend at a time may be rerun (BENCH_HISTORY_BACKENDS): the others' figures are kept
+if (!QUICK && !ONLY && results.history)
+  updateFigures({ history: results.history }, 'history', renderHistory, (kept, fresh) => ({
+    ...(kept as Record<string, unknown>),
+    ...(fresh as Record<string, unknown>),
+  }));
 
 async function memoryCases(sink: Sink, workers: number): Promise<Record<string, unknown>> {
   const running = await startBenchService(sink, workers);
@@ -706,21 +871,9 @@ async function memoryCases(sink: Sink, workers: number): Promise<Record<string, 
 
 async function apiCase(sink: Sink, workers: number, stored: number): Promise<Record<string, unknown>> {
   const dbName = `bench_api_${process.pid}`;
-  const store = await openStore({ uri: `${databaseUri.replace(/\/$/, '')}/${dbName}` });
-  const ids: string[] = [];
-  const started = Date.now();
-  const batch = 1000;
-  for (let offset = 0; offset < stored; offset += batch) {
-    const docs = Array.from({ length: Math.min(batch, stored - offset) }, (_, i) =>
-      storedMessage(offset + i),
-    );
-    for (const doc of docs) ids.push(doc._id as string);
-    await store.messages.insertMany(docs as never[], { ordered: false });
-  }
-  const loadSeconds = (Date.now() - started) / 1000;
-  await store.close();
+  const { ids, seconds: loadSeconds } = await seed(mainDatabase!, dbName, stored);
   log(`api: ${stored} messages stored in ${loadSeconds.toFixed(1)} s`);
-  const running = await startBenchService(sink, workers, dbName);
+  const running = await startBenchService(sink, workers, { dbName });
   const endpoints = [
     { name: 'GET /messages', path: () => '/messages' },
     { name: 'GET /messages?state=delivered', path: () => '/messages?state=delivered&limit=50' },
@@ -733,28 +886,16 @@ async function apiCase(sink: Sink, workers: number, stored: number): Promise<Rec
       const alone = figures.find((f) => f.endpoint === endpoint.name && f.concurrency === 1);
       if (alone && (alone.latencyMs as { p50: number }).p50 > 1000) continue;
       const durationMs = QUICK ? 3000 : 8000;
-      const times: number[] = [];
-      let errors = 0;
-      const until = now() + durationMs;
-      await Promise.all(
-        Array.from({ length: concurrency }, async () => {
-          while (now() < until) {
-            const at = now();
-            const response = await fetch(`${running.service.baseUrl}${endpoint.path()}`, {
-              headers: { 'x-api-key': API_KEY },
-            });
-            await response.arrayBuffer();
-            if (response.status !== 200) errors++;
-            times.push(now() - at);
-          }
-        }),
-      );
+      const sample = await sampleEndpoint(running.service.baseUrl, endpoint.path, {
+        concurrency,
+        durationMs,
+      });
       figures.push({
         endpoint: endpoint.name,
         concurrency,
-        requestsPerSecond: Math.round((times.length / durationMs) * 1000),
-        latencyMs: latencies(times),
-        errors,
+        requestsPerSecond: Math.round((sample.times.length / durationMs) * 1000),
+        latencyMs: latencies(sample.times),
+        errors: sample.errors,
       });
       log(`api ${endpoint.name} x${concurrency}: ${JSON.stringify(figures.at(-1))}`);
     }
@@ -762,55 +903,517 @@ async function apiCase(sink: Sink, workers: number, stored: number): Promise<Rec
   return { storedMessages: stored, loadSeconds, figures };
 }
 
-/** A delivered message record as the pipeline leaves it, for the API case. */
-function storedMessage(n: number): Record<string, unknown> {
-  const at = new Date(Date.UTC(2026, 10, 1) + n * 1000);
-  const id = `m-${String(at.getTime()).padStart(13, '0')}${String(n % 1000).padStart(3, '0')}${String(n).padStart(6, '0').slice(-6)}`;
-  const delivery = `${id}.r-00000000000000000000000`;
+/** History written in bulk by the project's own store code (src/store/seed.ts), 30 days of it. */
+async function seed(
+  database: BenchDatabase,
+  dbName: string,
+  count: number,
+): Promise<{ ids: string[]; seconds: number }> {
+  const started = Date.now();
+  const store = await openStore({ uri: `${database.uri.replace(/\/$/, '')}/${dbName}` });
+  try {
+    const ids = await seedHistory(store, { count, days: 30 });
+    return { ids, seconds: Math.round((Date.now() - started) / 100) / 10 };
+  } finally {
+    await store.close();
+  }
+}
+
+interface EndpointSample {
+  /** latency of each answered request, ms */
+  times: number[];
+  /** answers other than 200 */
+  errors: number;
+  /** requests given up after `timeoutMs` */
+  timeouts: number;
+  /** the first answer that was not a 200: `<status> <body>` */
+  firstError?: string;
+}
+
+/**
+ * Requests one endpoint, `concurrency` at a time, for `durationMs` or until `requests` were made;
+ * a request that takes longer than `timeoutMs` is abandoned and counted, and after `maxTimeouts`
+ * of those the endpoint is given up (a run must finish, however slow the database).
+ */
+async function sampleEndpoint(
+  baseUrl: string,
+  route: () => string,
+  {
+    concurrency = 1,
+    durationMs = Number.POSITIVE_INFINITY,
+    requests = Number.POSITIVE_INFINITY,
+    timeoutMs = 60_000,
+    maxTimeouts = Number.POSITIVE_INFINITY,
+  }: {
+    concurrency?: number;
+    durationMs?: number;
+    requests?: number;
+    timeoutMs?: number;
+    maxTimeouts?: number;
+  },
+): Promise<EndpointSample> {
+  const sample: EndpointSample = { times: [], errors: 0, timeouts: 0 };
+  const until = now() + durationMs;
+  let started = 0;
+  const more = () => now() < until && started < requests && sample.timeouts < maxTimeouts;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (more()) {
+        started++;
+        const at = now();
+        try {
+          const response = await fetch(`${baseUrl}${route()}`, {
+            headers: { 'x-api-key': API_KEY },
+            signal: AbortSignal.timeout(timeoutMs),
+          });
+          const body = await response.text();
+          if (response.status !== 200) {
+            sample.errors++;
+            sample.firstError ??= `${response.status} ${body.slice(0, 200)}`;
+          }
+          sample.times.push(now() - at);
+        } catch (err) {
+          if ((err as Error).name !== 'TimeoutError') throw err;
+          sample.timeouts++;
+        }
+      }
+    }),
+  );
+  return sample;
+}
+
+/** The machine's load (1, 5, 15 minutes), as `uptime` shows it: the machine is shared. */
+function loadAverage(): string {
+  return os
+    .loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+}
+
+// ---------- e2e: smtp-source against the development default, and against Mailpit ----------
+
+interface SmtpSourceFigures {
+  smtpSourceOk: boolean;
+  smtpSourceError?: string;
+  messages: number;
+  delivered: number;
+  duplicated: number;
+  /** from smtp-source's start to its end (every message answered) */
+  acceptedPerSecond: number;
+  /** from smtp-source's start to the last webhook */
+  deliveredPerSecond: number;
+  /** CPU seconds per delivered message, by group of processes */
+  cpuSecondsPerMessage: Record<string, number>;
+  peakRssMb: Record<string, number>;
+}
+
+/**
+ * One measured smtp-source run against a receiver that posts a webhook per message to the sink: a
+ * warm-up with the same load shape, then the load, every webhook awaited. `cpu` names the groups
+ * of processes whose CPU is reported per delivered message.
+ */
+async function measureSmtpSource(
+  tools: PostfixTools,
+  sink: Sink,
+  port: number,
+  cpu: Record<string, () => number[]>,
+): Promise<SmtpSourceFigures & { warmedWith: number }> {
+  const warm = await runSmtpSource(tools, port, E2E.warmUp);
+  if (!warm.ok) throw new Error(`smtp-source warm-up failed: ${warm.error}`);
+  await awaitDeliveries(sink, E2E.warmUp.total, E2E.quietMs);
+  const warmedWith = (await sink.take()).length;
+  const meters = Object.entries(cpu).map(([name, pids]) => [name, new CpuMeter(pids)] as const);
+  const sent = await runSmtpSource(tools, port, E2E.load);
+  await awaitDeliveries(sink, E2E.load.total, E2E.quietMs);
+  const arrivals = await sink.take();
+  // ours name the message (smtp-source -N numbers the recipients); Mailpit's webhook does not
+  const numbered = arrivals.filter((a) => a[0] >= 0);
+  const delivered = new Set(numbered.map((a) => a[0])).size + (arrivals.length - numbered.length);
+  const lastArrival = Math.max(0, ...arrivals.map((a) => a[1]));
+  const perMessage = (seconds: number) => Math.round((seconds / Math.max(1, delivered)) * 1e5) / 1e5;
+  const peakRssMb: Record<string, number> = {};
+  for (const [name, pids] of Object.entries(cpu))
+    peakRssMb[name] = Math.round(pids().reduce((sum, pid) => sum + memoryMb(pid).peak, 0));
   return {
-    _id: id,
-    message_id: `<bench-${n}@sender.example>`,
-    from: 'Load <load@sender.example>',
-    to: [`u${n}@${BENCH_DOMAIN}`],
-    subject: `bench ${n} text`,
-    received_at: at,
-    state: n % 20 === 0 ? 'dlq' : 'delivered',
-    envelope: { mail_from: 'load@sender.example', rcpt_to: [`u${n}@${BENCH_DOMAIN}`] },
-    domains: [BENCH_DOMAIN],
-    size: 3000 + (n % 1000),
-    raw_id: `000000000000000000000000`,
-    history: [
-      { state: 'accepted', at, detail: 'from 127.0.0.1' },
-      { state: 'queued', at },
-      { state: 'parsed', at },
-      { state: 'routed', at, delivery, detail: 'route r-00000000000000000000000' },
-      { state: 'delivered', at, delivery, detail: 'HTTP 200' },
-    ],
-    attempts: [{ delivery, at, status_code: 200, duration_ms: 3 }],
-    deliveries: [
-      {
-        id: delivery,
-        route_id: 'r-00000000000000000000000',
-        webhook_url: 'http://127.0.0.1:1/hook',
-        recipients: [`u${n}@${BENCH_DOMAIN}`],
-        state: 'delivered',
-        attempts: 1,
-      },
-    ],
-    version: 3,
-    lease_epoch: 1,
+    smtpSourceOk: sent.ok,
+    ...(sent.error ? { smtpSourceError: sent.error } : {}),
+    messages: E2E.load.total,
+    delivered,
+    duplicated: numbered.length - new Set(numbered.map((a) => a[0])).size,
+    acceptedPerSecond: Math.round((E2E.load.total / sent.seconds) * 10) / 10,
+    deliveredPerSecond: delivered
+      ? Math.round((delivered / ((lastArrival - sent.startedAt) / 1000)) * 10) / 10
+      : 0,
+    cpuSecondsPerMessage: Object.fromEntries(
+      meters.map(([name, meter]) => [name, perMessage(meter.seconds())]),
+    ),
+    peakRssMb,
+    warmedWith,
   };
 }
 
-function writeReport(results: Record<string, unknown>): void {
+/** Our service on `npm start`'s database (FerretDB over SQLite, started by the same launcher). */
+async function e2eOurs(tools: PostfixTools, sink: Sink, workers: number) {
+  return withDatabase('sqlite', async (database) => {
+    const running = await startBenchService(sink, workers, { database });
+    await sink.take();
+    try {
+      const figures = await measureSmtpSource(tools, sink, running.service.smtpPort, {
+        service: running.pids,
+        database: database.pids,
+      });
+      const stats = await stopBenchService(running);
+      const { total } = sumCommands(stats);
+      const { warmedWith, ...rest } = figures;
+      return {
+        ...rest,
+        // the warm-up's commands are in the workers' counts too
+        databaseCommandsPerDelivered:
+          Math.round((total / Math.max(1, rest.delivered + warmedWith)) * 100) / 100,
+        commands: sumCommands(stats).byName,
+      };
+    } finally {
+      await running.service.stop('SIGTERM');
+    }
+  });
+}
+
+/** Mailpit (its own SQLite, in a temporary file) with a webhook per message to the same sink. */
+async function e2eMailpit(tools: PostfixTools, sink: Sink) {
+  const binary = path.join(os.homedir(), 'go', 'bin', 'mailpit');
+  if (!existsSync(binary)) {
+    if (spawnSync('bash', [path.join(root, 'scripts/install-mailpit.sh')], { stdio: 'inherit' }).status !== 0)
+      throw new Error('scripts/install-mailpit.sh failed');
+  }
+  const smtpPort = await freePort();
+  const httpPort = await freePort();
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-bench-mailpit-'));
+  const child = spawn(
+    binary,
+    [
+      '--smtp',
+      `127.0.0.1:${smtpPort}`,
+      '--listen',
+      `127.0.0.1:${httpPort}`,
+      '--database',
+      path.join(dir, 'mailpit.db'),
+      '--webhook-url',
+      `http://127.0.0.1:${sink.port}/hook`,
+      '--webhook-limit',
+      '0',
+      '--smtp-disable-rdns',
+      '--max',
+      '0',
+      '--disable-version-check',
+      '--quiet',
+    ],
+    { stdio: ['ignore', 'ignore', 'inherit'] },
+  );
+  try {
+    const deadline = Date.now() + 20_000;
+    while (!(await answers(smtpPort))) {
+      if (child.exitCode !== null || Date.now() > deadline) throw new Error('mailpit did not start');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await sink.take();
+    const { warmedWith: _, ...figures } = await measureSmtpSource(tools, sink, smtpPort, {
+      mailpit: () => [child.pid!],
+    });
+    return figures;
+  } finally {
+    child.kill();
+    await new Promise((resolve) => (child.exitCode !== null ? resolve(0) : child.once('exit', resolve)));
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function e2eCase(tools: PostfixTools, sink: Sink, workers: number): Promise<Record<string, unknown>> {
+  const runs: Array<Record<string, unknown>> = [];
+  for (let i = 0; i < E2E.runs; i++) {
+    const loadBefore = loadAverage();
+    const ours = await e2eOurs(tools, sink, workers);
+    log(`e2e ours: ${JSON.stringify(ours)}`);
+    const mailpit = await e2eMailpit(tools, sink);
+    log(`e2e mailpit: ${JSON.stringify(mailpit)}`);
+    const ratio = Math.round((ours.deliveredPerSecond / mailpit.deliveredPerSecond) * 1000) / 1000;
+    runs.push({ loadBefore, loadAfter: loadAverage(), ours, mailpit, ratio });
+    log(`e2e run ${i + 1}: ours/Mailpit ${ratio} (load ${loadBefore})`);
+  }
+  type Run = { ours: Awaited<ReturnType<typeof e2eOurs>>; mailpit: SmtpSourceFigures; ratio: number };
+  const typed = runs as unknown as Run[];
+  return {
+    command: `smtp-source -d -s ${E2E.load.sessions} -m ${E2E.load.total} -l ${E2E.load.bytes} -N -f load@sender.example -t u@${BENCH_DOMAIN}`,
+    ours: median(typed.map((r) => r.ours.deliveredPerSecond)),
+    mailpit: median(typed.map((r) => r.mailpit.deliveredPerSecond)),
+    ratio: median(typed.map((r) => r.ratio)),
+    serviceCpuSecondsPerMessage: median(typed.map((r) => r.ours.cpuSecondsPerMessage.service!)),
+    databaseCpuSecondsPerMessage: median(typed.map((r) => r.ours.cpuSecondsPerMessage.database!)),
+    mailpitCpuSecondsPerMessage: median(typed.map((r) => r.mailpit.cpuSecondsPerMessage.mailpit!)),
+    databaseCommandsPerDelivered: median(typed.map((r) => r.ours.databaseCommandsPerDelivered)),
+    runs,
+  };
+}
+
+// ---------- history: the service with and without a history of final messages ----------
+
+async function historyCase(
+  sink: Sink,
+  workers: number,
+  backend: 'sqlite' | 'postgresql',
+  size: number,
+): Promise<Record<string, unknown>> {
+  return withDatabase(backend, async (database) => {
+    const dbName = 'mailroute';
+    const loadBefore = loadAverage();
+    const seeded = size ? await seed(database, dbName, size) : { ids: [], seconds: 0 };
+    if (size) log(`history ${backend}: ${size} messages seeded in ${seeded.seconds} s`);
+    const run = await runAgainstService(
+      sink,
+      {
+        label: `history ${backend} ${size}`,
+        workers,
+        command: (port, firstSeq) => ({
+          mode: 'closed',
+          port,
+          concurrency: HISTORY.concurrency,
+          total: HISTORY.messages,
+          perConnection: Math.ceil(HISTORY.messages / HISTORY.concurrency),
+          firstSeq,
+        }),
+      },
+      {
+        database,
+        dbName,
+        deadlineMs: HISTORY.deliveryDeadlineMs,
+        thenMeasure: (running) => apiLatencies(running, seeded.ids),
+      },
+    );
+    const { then: api, ...delivery } = run;
+    return {
+      backend,
+      history: size,
+      seedSeconds: seeded.seconds,
+      loadBefore,
+      loadAfter: loadAverage(),
+      deliveredPerSecond: delivery.deliveredPerSecond,
+      acceptedPerSecond: delivery.acceptedPerSecond,
+      delivered: delivery.delivered,
+      sent: delivery.sent,
+      lost: delivery.lost,
+      serviceCpuPer1000: delivery.serviceCpuPer1000,
+      databaseCpuPer1000: delivery.databaseCpuPer1000,
+      databaseCommandsPerDelivered: delivery.databaseCommandsPerDelivered,
+      peakRssMb: delivery.peakRssMb,
+      api,
+    };
+  });
+}
+
+/** p50/p99 of the API's reads over the seeded history (or the run's own messages when there is none). */
+async function apiLatencies(running: RunningService, seededIds: readonly string[]) {
+  const baseUrl = running.service.baseUrl;
+  let ids = seededIds;
+  if (ids.length === 0) {
+    const page = (await (
+      await fetch(`${baseUrl}/messages?limit=200`, { headers: { 'x-api-key': API_KEY } })
+    ).json()) as Array<{ id: string }>;
+    ids = page.map((m) => m.id);
+  }
+  const deep = ids.length > HISTORY.cursorDepth ? ids[ids.length - 1 - HISTORY.cursorDepth] : undefined;
+  const endpoints: Array<{ name: keyof typeof HISTORY_TARGETS; route?: () => string; skipped?: string }> = [
+    { name: 'GET /messages', route: () => '/messages' },
+    { name: 'GET /messages?state=dlq', route: () => '/messages?state=dlq' },
+    { name: 'GET /messages/{id}', route: () => `/messages/${ids[Math.floor(Math.random() * ids.length)]}` },
+    deep
+      ? { name: 'GET /messages?before=<id 10,000 deep>', route: () => `/messages?before=${deep}` }
+      : { name: 'GET /messages?before=<id 10,000 deep>', skipped: `history of ${ids.length} messages` },
+  ];
+  const figures: Array<Record<string, unknown>> = [];
+  for (const endpoint of endpoints) {
+    const target = HISTORY_TARGETS[endpoint.name];
+    if (!endpoint.route) {
+      figures.push({ endpoint: endpoint.name, targetMs: target, skipped: endpoint.skipped });
+      continue;
+    }
+    const sample = await sampleEndpoint(baseUrl, endpoint.route, {
+      requests: HISTORY.requests,
+      durationMs: HISTORY.endpointBudgetMs,
+      timeoutMs: HISTORY.requestTimeoutMs,
+      maxTimeouts: HISTORY.maxTimeouts,
+    });
+    if (sample.errors && sample.firstError?.startsWith('400') && endpoint.name.includes('before')) {
+      figures.push({
+        endpoint: endpoint.name,
+        targetMs: target,
+        skipped: `the API does not know the parameter yet: ${sample.firstError}`,
+      });
+      continue;
+    }
+    const l = latencies(sample.times);
+    const met = sample.timeouts === 0 && sample.errors === 0 && l.p99 < target;
+    figures.push({
+      endpoint: endpoint.name,
+      requests: sample.times.length + sample.timeouts,
+      latencyMs: { p50: l.p50, p99: l.p99, max: l.max },
+      timeouts: sample.timeouts,
+      timeoutMs: HISTORY.requestTimeoutMs,
+      errors: sample.errors,
+      ...(sample.firstError ? { firstError: sample.firstError } : {}),
+      targetMs: target,
+      met,
+    });
+    log(`history api ${endpoint.name}: ${JSON.stringify(figures.at(-1))}`);
+  }
+  return figures;
+}
+
+async function historyPart(sink: Sink, workers: number): Promise<Record<string, unknown>> {
+  const byBackend: Record<string, unknown> = {};
+  for (const backend of HISTORY.backends) {
+    const empty = await historyCase(sink, workers, backend, 0);
+    log(`history ${backend} 0: ${JSON.stringify(empty)}`);
+    const full = await historyCase(sink, workers, backend, HISTORY.size);
+    log(`history ${backend} ${HISTORY.size}: ${JSON.stringify(full)}`);
+    const rate = (r: Record<string, unknown>) => r.deliveredPerSecond as number;
+    byBackend[backend] = {
+      date: new Date().toISOString(),
+      empty,
+      history: full,
+      deliveredRatio: rate(empty) ? Math.round((rate(full) / rate(empty)) * 1000) / 1000 : Number.NaN,
+    };
+  }
+  return byBackend;
+}
+
+/**
+ * Writes figures into docs/benchmarks.json (its other keys kept; `merge` combines a key's old and
+ * new value, the new one replaces the old by default) and renders the result between the markers
+ * `<!-- bench[:part]:begin -->` and `<!-- bench[:part]:end -->` of docs/BENCHMARKS.md (appended
+ * at the end when the file has none yet).
+ */
+function updateFigures(
+  fresh: Record<string, unknown>,
+  part: string,
+  render: (results: Record<string, unknown>) => string,
+  merge: (kept: unknown, fresh: unknown) => unknown = (_, value) => value,
+): void {
+  const json = path.join(root, 'docs/benchmarks.json');
+  const kept = existsSync(json) ? (JSON.parse(readFileSync(json, 'utf8')) as Record<string, unknown>) : {};
+  const combined: Record<string, unknown> = { ...kept };
+  for (const [key, value] of Object.entries(fresh))
+    combined[key] = key in kept ? merge(kept[key], value) : value;
+  writeFileSync(json, `${JSON.stringify(combined, null, 2)}\n`);
   const file = path.join(root, 'docs/BENCHMARKS.md');
-  const begin = '<!-- bench:begin -->';
-  const end = '<!-- bench:end -->';
-  const existing = existsSync(file) ? readFileSync(file, 'utf8') : `# Benchmarks\n\n${begin}\n${end}\n`;
-  const section = renderFigures(results);
+  const tag = part ? `bench:${part}` : 'bench';
+  const begin = `<!-- ${tag}:begin -->`;
+  const end = `<!-- ${tag}:end -->`;
+  let existing = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n';
+  if (!existing.includes(begin)) existing = `${existing.trimEnd()}\n\n${begin}\n${end}\n`;
   const [head, rest] = existing.split(begin);
   const tail = rest?.split(end)[1] ?? '\n';
-  writeFileSync(file, `${head}${begin}\n${section}\n${end}${tail}`);
+  writeFileSync(file, `${head}${begin}\n${render(combined)}\n${end}${tail}`);
+  log(`wrote ${part || 'the shared parts'}' figures into docs/benchmarks.json and docs/BENCHMARKS.md`);
+}
+
+function renderE2e(results: Record<string, unknown>): string {
+  const e2e = results.e2e as {
+    command: string;
+    ours: { median: number; min: number; max: number };
+    mailpit: { median: number; min: number; max: number };
+    ratio: { median: number; min: number; max: number };
+    serviceCpuSecondsPerMessage: { median: number; min: number; max: number };
+    databaseCpuSecondsPerMessage: { median: number; min: number; max: number };
+    mailpitCpuSecondsPerMessage: { median: number; min: number; max: number };
+    databaseCommandsPerDelivered: { median: number; min: number; max: number };
+    runs: Array<{
+      loadBefore: string;
+      loadAfter: string;
+      ratio: number;
+      ours: SmtpSourceFigures;
+      mailpit: SmtpSourceFigures;
+    }>;
+  };
+  const range = (r: { median: number; min: number; max: number }) => `${r.median} (${r.min}-${r.max})`;
+  const lines = [
+    `\`${e2e.command}\` against the service on the development default (FerretDB over SQLite, started by`,
+    "`npm start`'s launcher), then against Mailpit, in turn, each run; median (min-max) of the runs.",
+    '',
+    '| | ours | Mailpit |',
+    '|---|---|---|',
+    `| delivered msg/s (to the last webhook) | ${range(e2e.ours)} | ${range(e2e.mailpit)} |`,
+    `| ours / Mailpit | ${range(e2e.ratio)} | |`,
+    `| CPU s per message | service ${range(e2e.serviceCpuSecondsPerMessage)}, database ${range(e2e.databaseCpuSecondsPerMessage)} | ${range(e2e.mailpitCpuSecondsPerMessage)} |`,
+    `| database commands per delivered message | ${range(e2e.databaseCommandsPerDelivered)} | |`,
+    '',
+    '| run | load before / after (1, 5, 15 min) | ours msg/s | delivered | Mailpit msg/s | delivered | ratio | peak RSS MB (service, database / Mailpit) |',
+    '|---|---|---|---|---|---|---|---|',
+  ];
+  e2e.runs.forEach((run, i) => {
+    lines.push(
+      `| ${i + 1} | ${run.loadBefore} / ${run.loadAfter} | ${run.ours.deliveredPerSecond} | ${run.ours.delivered}/${run.ours.messages} | ${run.mailpit.deliveredPerSecond} | ${run.mailpit.delivered}/${run.mailpit.messages} | ${run.ratio} | ${run.ours.peakRssMb.service}, ${run.ours.peakRssMb.database} / ${run.mailpit.peakRssMb.mailpit} |`,
+    );
+  });
+  return lines.join('\n');
+}
+
+function renderHistory(results: Record<string, unknown>): string {
+  type Case = {
+    history: number;
+    seedSeconds: number;
+    loadBefore: string;
+    loadAfter: string;
+    deliveredPerSecond: number;
+    delivered: number;
+    sent: number;
+    peakRssMb: Record<string, number>;
+    api: Array<{
+      endpoint: string;
+      requests?: number;
+      latencyMs?: { p50: number; p99: number };
+      timeouts?: number;
+      errors?: number;
+      targetMs: number;
+      met?: boolean;
+      skipped?: string;
+    }>;
+  };
+  const history = results.history as Record<
+    string,
+    { date: string; empty: Case; history: Case; deliveredRatio: number }
+  >;
+  const lines = [
+    `The mix, ${HISTORY.messages} messages over ${HISTORY.concurrency} persistent sessions (after the usual warm-up), on a database`,
+    'with no history and with a history of final messages seeded in bulk by `src/store/seed.ts` (received',
+    `over 30 days, 1 in 50 in dlq); then ${HISTORY.requests} requests per endpoint, one at a time, each given up after`,
+    `${HISTORY.requestTimeoutMs / 1000} s (an endpoint after ${HISTORY.maxTimeouts} of those or ${HISTORY.endpointBudgetMs / 1000} s). Targets from issue 11.`,
+    '',
+    '| backend | history | run at (load 1, 5, 15 min) | delivered msg/s | delivered | with history / empty (target ≥ 0.9) | peak RSS MB (service processes / FerretDB) |',
+    '|---|---|---|---|---|---|---|',
+  ];
+  const rss = (c: Case) =>
+    `${Object.entries(c.peakRssMb)
+      .filter(([k]) => k.startsWith('service'))
+      .map(([, v]) => v)
+      .join(' / ')} / ${c.peakRssMb.ferretdb ?? '-'}`;
+  for (const [backend, row] of Object.entries(history))
+    for (const c of [row.empty, row.history])
+      lines.push(
+        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${row.date.slice(0, 16)} (${c.loadBefore}) | ${c.deliveredPerSecond} | ${c.delivered}/${c.sent} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
+      );
+  lines.push(
+    '',
+    '| backend | history | endpoint | requests | p50 ms | p99 ms | timeouts | errors | target | met |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  );
+  for (const [backend, row] of Object.entries(history))
+    for (const c of [row.empty, row.history])
+      for (const e of c.api)
+        lines.push(
+          e.skipped
+            ? `| ${backend} | ${c.history} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
+            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${e.latencyMs?.p50} | ${e.latencyMs?.p99} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
+        );
+  return lines.join('\n');
 }
 
 function renderFigures(results: Record<string, unknown>): string {
