@@ -73,7 +73,7 @@ const HISTORY = Object.freeze({
   concurrency: 16,
   messages: QUICK ? 160 : 320,
   /** waiting for deliveries ends after this long (warm-up and run each): the run reports what came */
-  deliveryDeadlineMs: 180_000,
+  deliveryDeadlineMs: 120_000,
   requests: QUICK ? 100 : 300,
   requestTimeoutMs: 10_000,
   /** an endpoint is given up after this many timeouts, or after this long in all */
@@ -254,7 +254,8 @@ async function startBenchService(
       SERVICE_API_KEY: API_KEY,
       STATS_FILE: statsFile,
     },
-    timeoutMs: 60_000,
+    // the primary creates the indexes before it is ready: minutes over a large history on FerretDB
+    timeoutMs: 300_000,
   });
   const api = (method: string, route: string, body?: object) =>
     fetch(`${service.baseUrl}${route}`, {
@@ -1312,7 +1313,7 @@ function updateFigures(
   const [head, rest] = existing.split(begin);
   const tail = rest?.split(end)[1] ?? '\n';
   writeFileSync(file, `${head}${begin}\n${render(combined)}\n${end}${tail}`);
-  log(`wrote ${part || 'the shared parts'}' figures into docs/benchmarks.json and docs/BENCHMARKS.md`);
+  log(`wrote the ${part || 'shared'} figures into docs/benchmarks.json and docs/BENCHMARKS.md`);
 }
 
 function renderE2e(results: Record<string, unknown>): string {
