@@ -427,6 +427,21 @@ async function runAgainstService<T = undefined>(
   const database = options.database ?? mainDatabase!;
   const running = await startBenchService(sink, scenario.workers, options);
   await sink.take();
+  try {
+    return await measureRunning(sink, scenario, options, database, running);
+  } catch (err) {
+    await running.service.stop('SIGKILL');
+    throw err;
+  }
+}
+
+async function measureRunning<T>(
+  sink: Sink,
+  scenario: Scenario,
+  options: RunOptions<T>,
+  database: BenchDatabase,
+  running: RunningService,
+): Promise<RunFigures & { then?: T }> {
   const warmedWith = await warmUp(sink, running.service.smtpPort, options.deadlineMs);
   const serviceCpu = new CpuMeter(running.pids);
   const databaseCpu = new CpuMeter(database.pids);
@@ -1168,7 +1183,7 @@ async function historyCase(
     const loadBefore = loadAverage();
     const seeded = size ? await seed(database, dbName, size) : { ids: [], seconds: 0 };
     if (size) log(`history ${backend}: ${size} messages seeded in ${seeded.seconds} s`);
-    const run = await runAgainstService(
+    const outcome = await runAgainstService(
       sink,
       {
         label: `history ${backend} ${size}`,
@@ -1188,8 +1203,18 @@ async function historyCase(
         deadlineMs: HISTORY.deliveryDeadlineMs,
         thenMeasure: (running) => apiLatencies(running, seeded.ids),
       },
-    );
-    const { then: api, ...delivery } = run;
+    ).catch((err: Error) => err);
+    // a service that cannot even start over this history is a figure too
+    if (outcome instanceof Error)
+      return {
+        backend,
+        history: size,
+        seedSeconds: seeded.seconds,
+        loadBefore,
+        loadAfter: loadAverage(),
+        error: outcome.message.replace(/\s+/g, ' ').slice(0, 300),
+      };
+    const { then: api, ...delivery } = outcome;
     return {
       backend,
       history: size,
@@ -1366,6 +1391,7 @@ function renderHistory(results: Record<string, unknown>): string {
     deliveredPerSecond: number;
     delivered: number;
     sent: number;
+    error?: string;
     peakRssMb: Record<string, number>;
     api: Array<{
       endpoint: string;
@@ -1392,14 +1418,16 @@ function renderHistory(results: Record<string, unknown>): string {
     '|---|---|---|---|---|---|---|',
   ];
   const rss = (c: Case) =>
-    `${Object.entries(c.peakRssMb)
-      .filter(([k]) => k.startsWith('service'))
-      .map(([, v]) => v)
-      .join(' / ')} / ${c.peakRssMb.ferretdb ?? '-'}`;
+    c.error
+      ? '-'
+      : `${Object.entries(c.peakRssMb)
+          .filter(([k]) => k.startsWith('service'))
+          .map(([, v]) => v)
+          .join(' / ')} / ${c.peakRssMb.ferretdb ?? '-'}`;
   for (const [backend, row] of Object.entries(history))
     for (const c of [row.empty, row.history])
       lines.push(
-        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${row.date.slice(0, 16)} (${c.loadBefore}) | ${c.deliveredPerSecond} | ${c.delivered}/${c.sent} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
+        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${row.date.slice(0, 16)} (${c.loadBefore}) | ${c.error ? `failed: ${c.error}` : c.deliveredPerSecond} | ${c.error ? '-' : `${c.delivered}/${c.sent}`} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
       );
   lines.push(
     '',
@@ -1408,7 +1436,7 @@ function renderHistory(results: Record<string, unknown>): string {
   );
   for (const [backend, row] of Object.entries(history))
     for (const c of [row.empty, row.history])
-      for (const e of c.api)
+      for (const e of c.api ?? [])
         lines.push(
           e.skipped
             ? `| ${backend} | ${c.history} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
