@@ -1204,23 +1204,19 @@ async function historyCase(
         thenMeasure: (running) => apiLatencies(running, seeded.ids),
       },
     ).catch((err: Error) => err);
-    // a service that cannot even start over this history is a figure too
-    if (outcome instanceof Error)
-      return {
-        backend,
-        history: size,
-        seedSeconds: seeded.seconds,
-        loadBefore,
-        loadAfter: loadAverage(),
-        error: outcome.message.replace(/\s+/g, ' ').slice(0, 300),
-      };
-    const { then: api, ...delivery } = outcome;
-    return {
+    const about = {
       backend,
       history: size,
       seedSeconds: seeded.seconds,
       loadBefore,
       loadAfter: loadAverage(),
+    };
+    // a service that cannot even start over this history is a figure too
+    if (outcome instanceof Error)
+      return { ...about, error: outcome.message.replace(/\s+/g, ' ').slice(0, 300) };
+    const { then: api, ...delivery } = outcome;
+    return {
+      ...about,
       deliveredPerSecond: delivery.deliveredPerSecond,
       acceptedPerSecond: delivery.acceptedPerSecond,
       delivered: delivery.delivered,
