@@ -1436,7 +1436,7 @@ function renderHistory(results: Record<string, unknown>): string {
         lines.push(
           e.skipped
             ? `| ${backend} | ${c.history} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
-            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${e.latencyMs?.p50} | ${e.latencyMs?.p99} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
+            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${e.latencyMs?.p50 ?? '-'} | ${e.latencyMs?.p99 ?? '-'} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
         );
   return lines.join('\n');
 }
