@@ -1413,6 +1413,9 @@ function renderHistory(results: Record<string, unknown>): string {
     '| backend | history | run at (load 1, 5, 15 min) | delivered msg/s | delivered | with history / empty (target ≥ 0.9) | peak RSS MB (service processes / FerretDB) |',
     '|---|---|---|---|---|---|---|',
   ];
+  // no sample (every request timed out): NaN here, null once read back from the JSON
+  const shown = (ms: number | null | undefined) =>
+    ms === null || ms === undefined || Number.isNaN(ms) ? '-' : ms;
   const rss = (c: Case) =>
     c.error
       ? '-'
@@ -1436,7 +1439,7 @@ function renderHistory(results: Record<string, unknown>): string {
         lines.push(
           e.skipped
             ? `| ${backend} | ${c.history} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
-            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${e.latencyMs?.p50 ?? '-'} | ${e.latencyMs?.p99 ?? '-'} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
+            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${shown(e.latencyMs?.p50)} | ${shown(e.latencyMs?.p99)} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
         );
   return lines.join('\n');
 }
