@@ -1180,6 +1180,7 @@ async function historyCase(
 ): Promise<Record<string, unknown>> {
   return withDatabase(backend, async (database) => {
     const dbName = 'mailroute';
+    const startedAt = new Date().toISOString();
     const loadBefore = loadAverage();
     const seeded = size ? await seed(database, dbName, size) : { ids: [], seconds: 0 };
     if (size) log(`history ${backend}: ${size} messages seeded in ${seeded.seconds} s`);
@@ -1208,6 +1209,7 @@ async function historyCase(
       backend,
       history: size,
       seedSeconds: seeded.seconds,
+      startedAt,
       loadBefore,
       loadAfter: loadAverage(),
     };
@@ -1382,6 +1384,7 @@ function renderHistory(results: Record<string, unknown>): string {
   type Case = {
     history: number;
     seedSeconds: number;
+    startedAt?: string;
     loadBefore: string;
     loadAfter: string;
     deliveredPerSecond: number;
@@ -1426,7 +1429,7 @@ function renderHistory(results: Record<string, unknown>): string {
   for (const [backend, row] of Object.entries(history))
     for (const c of [row.empty, row.history])
       lines.push(
-        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${row.date.slice(0, 16)} (${c.loadBefore}) | ${c.error ? `failed: ${c.error}` : c.deliveredPerSecond} | ${c.error ? '-' : `${c.delivered}/${c.sent}`} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
+        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${(c.startedAt ?? row.date).slice(0, 16)} (${c.loadBefore}) | ${c.error ? `failed: ${c.error}` : c.deliveredPerSecond} | ${c.error ? '-' : `${c.delivered}/${c.sent}`} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
       );
   lines.push(
     '',
