@@ -3,9 +3,10 @@
 // supervises the cluster workers that serve SMTP and HTTP on the shared ports.
 import cluster, { type Worker } from 'node:cluster';
 import { fileURLToPath } from 'node:url';
-import { loadConfigOrExit } from '../src/config/schema.ts';
+import { describeConfig, loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { serveClusterMetrics } from '../src/metrics/cluster.ts';
 import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
@@ -18,6 +19,7 @@ const logger = createLogger(config.logLevel, { role: 'primary' });
 // the ready line is what scripts and tests wait for: always written, whatever the log level
 const lifecycleLog = logger.child({}, { level: 'info' });
 
+lifecycleLog.info({ event: EVENTS.configEffective, config: describeConfig(config) }, 'configuration');
 if (!config.apiKey) {
   logger.warn({ event: EVENTS.authDisabled }, 'SERVICE_API_KEY is empty: the API requires no authentication');
 }
@@ -148,6 +150,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
   return worker;
 }
 
+serveClusterMetrics();
 for (let i = 0; i < config.workers; i++) fork();
 
 async function shutdown(signal: string): Promise<void> {

@@ -14,7 +14,8 @@ const logger = createLogger(config.logLevel, { role: 'worker' });
 const store = await openStore({
   uri: config.mongodbUri,
   ensureIndexes: false,
-  monitorCommands: Boolean(config.statsFile),
+  // command events feed mailroute_db_command_duration_seconds (and STATS_FILE)
+  monitorCommands: true,
   onReconnect: ({ server, silentForMs }) =>
     logger.warn(
       { event: EVENTS.databaseReconnected, server, silent_for_ms: silentForMs },

@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics } from '../metrics/metrics.ts';
 import {
   claimMessage,
   deleteExpiredLeases,
@@ -154,6 +155,8 @@ export class ActorSystem {
           this.options.leaseMs,
         );
         if (!doc) continue;
+        // an owner's lease that expired (a retry that came due has no owner left)
+        if (candidate.lease_owner) metrics.leaseTakenOver();
         this.deps.logger.debug(
           { event: EVENTS.leaseTakenOver, message: doc._id, epoch: doc.lease_epoch },
           'claimed',

@@ -12,12 +12,18 @@ import Fastify, {
 } from 'fastify';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { LogThrottle } from '../log/throttle.ts';
+import { instanceMetrics } from '../metrics/cluster.ts';
+import { metrics } from '../metrics/metrics.ts';
+import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Store } from '../store/mongo.ts';
 import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
+import { metricsRoutes } from './metrics.ts';
 import { routeRoutes } from './routes.ts';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
@@ -25,7 +31,7 @@ export const OPENAPI_PATH = new URL('../../openapi.yaml', import.meta.url);
 
 export interface AppDeps {
   store: Store;
-  config: Pick<Config, 'apiKey'>;
+  config: Pick<Config, 'apiKey'> & Partial<Pick<Config, 'httpRequestLog'>>;
   logger: Logger;
   /** what GET /openapi.yaml serves; default: the repository's openapi.yaml */
   openapiText?: string;
@@ -33,6 +39,8 @@ export interface AppDeps {
   authFailureLimit?: FailureLimit;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
+  /** the process metrics GET /metrics shows; default: every worker's, summed */
+  processMetrics?: () => Promise<string>;
 }
 
 // Bodies are validated strictly (no type coercion, no silently dropped fields: an unknown field
@@ -42,7 +50,8 @@ const queryAjv = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaul
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
-    loggerInstance: deps.logger as FastifyBaseLogger,
+    // a child of its own: the worker quiets it while it listens (see worker-service.ts)
+    loggerInstance: deps.logger.child({}) as FastifyBaseLogger,
     // the router's own refusals (an undecodable or over-long path segment) get the catalog body,
     // after the key check like everything else
     frameworkErrors: (error, request, genericReply) => {
@@ -82,8 +91,39 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
-  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit));
+  // a refused key is worth a line, but a flood of them must not fill the disk
+  const refusals = new LogThrottle();
+  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit), (request) =>
+    refusals.run((suppressed) =>
+      deps.logger.warn(
+        {
+          event: EVENTS.authRefused,
+          client: request.ip,
+          method: request.method,
+          ...(suppressed > 0 ? { suppressed } : {}),
+        },
+        'API key missing or wrong',
+      ),
+    ),
+  );
   if (hook) app.addHook('onRequest', hook);
+  const requestLog = deps.config.httpRequestLog ?? true;
+  app.addHook('onResponse', async (request, reply) => {
+    // the pattern, never the path: ids stay out of labels and the log's request line stays short
+    const route = request.routeOptions.url ?? 'unmatched';
+    metrics.httpRequest(request.method, route, reply.statusCode);
+    if (requestLog)
+      deps.logger.info(
+        {
+          event: EVENTS.httpRequest,
+          method: request.method,
+          route,
+          status: reply.statusCode,
+          duration_ms: Math.round(reply.elapsedTime * 10) / 10,
+        },
+        'request',
+      );
+  });
 
   const openapiText = deps.openapiText ?? readFileSync(OPENAPI_PATH, 'utf8');
   app.get('/openapi.yaml', async (_request, reply) => reply.type('application/yaml').send(openapiText));
@@ -99,6 +139,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(domainRoutes, { store: deps.store });
   await app.register(routeRoutes, { store: deps.store });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(metricsRoutes, {
+    processMetrics: deps.processMetrics ?? instanceMetrics,
+    instance: [storeGauges(deps.store)],
+  });
   return app;
 }
 

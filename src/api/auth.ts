@@ -1,5 +1,6 @@
 // API key authentication: checked first on every request (before body parsing, validation or
-// routing), compared in constant time. /health and /openapi.yaml are always public.
+// routing), compared in constant time. /health and /openapi.yaml are always
+// public. The key comes as X-API-Key or as `Authorization: Bearer <key>` (what Prometheus sends).
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
@@ -65,15 +66,27 @@ export class FailedAuthLimiter {
   }
 }
 
+/** The key the request carries: X-API-Key, else an `Authorization: Bearer` token. */
+export function presentedKey(request: FastifyRequest): string | undefined {
+  const header = request.headers['x-api-key'];
+  if (typeof header === 'string') return header;
+  const bearer = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
+  return bearer?.[1];
+}
+
 /** True when the request may pass: no key configured, a public endpoint, or the right key. */
 export function presentsKey(apiKey: string, request: FastifyRequest): boolean {
   if (!apiKey || isPublic(request)) return true;
-  const presented = request.headers['x-api-key'];
-  return typeof presented === 'string' && keysMatch(digest(apiKey), presented);
+  const presented = presentedKey(request);
+  return presented !== undefined && keysMatch(digest(apiKey), presented);
 }
 
 /** An onRequest hook, or undefined when no key is configured (the API is open). */
-export function apiKeyHook(apiKey: string, limiter = new FailedAuthLimiter()) {
+export function apiKeyHook(
+  apiKey: string,
+  limiter = new FailedAuthLimiter(),
+  onRefused: (request: FastifyRequest) => void = () => {},
+) {
   if (!apiKey) return undefined;
   const expected = digest(apiKey);
   return async (request: FastifyRequest, reply: FastifyReply) => {
@@ -83,9 +96,10 @@ export function apiKeyHook(apiKey: string, limiter = new FailedAuthLimiter()) {
       reply.header('retry-after', String(wait));
       throw new ServiceError('too_many_requests', `too many failed authentications; try again in ${wait} s`);
     }
-    const presented = request.headers['x-api-key'];
-    if (typeof presented !== 'string' || !keysMatch(expected, presented)) {
+    const presented = presentedKey(request);
+    if (presented === undefined || !keysMatch(expected, presented)) {
       limiter.recordFailure(request.ip);
+      onRefused(request);
       throw new ServiceError('unauthorized', 'missing or invalid X-API-Key header');
     }
   };

@@ -3,12 +3,28 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { STATES } from '../actor/machine.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import { EVENTS } from '../log/events.ts';
 import { getMessage, listMessages, type MessageDoc, type MessageQuery } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawStream } from '../store/raw.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
+/** most messages one POST /messages/retry replays */
+export const MAX_BULK_RETRY = 1000;
+const BULK_RETRY_CONCURRENCY = 8;
+const DOMAIN_FILTER = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 253,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*$',
+};
+
+interface BulkRetryBody {
+  state?: 'dlq' | 'failed';
+  domain?: string;
+  limit?: number;
+}
 
 export interface MessageView {
   id: string;
@@ -79,7 +95,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
             limit: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 50 },
             offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
             state: { type: 'string', enum: [...STATES] },
-            domain: { type: 'string', minLength: 1, maxLength: 253, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
+            domain: { ...DOMAIN_FILTER },
           },
         },
       },
@@ -108,6 +124,49 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
     if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
     return reply.type('message/rfc822').send(await openRawStream(store, doc.raw_id));
   });
+
+  // bulk replay: the messages the listing would show for the filter (newest first, at most
+  // `limit`), each replayed as POST /messages/{id}/retry would; those that moved on meanwhile are
+  // skipped. Replayed messages leave the filter's state, so calling again takes the next ones.
+  app.post<{ Body: BulkRetryBody }>(
+    '/messages/retry',
+    {
+      // no body at all means the defaults
+      preValidation: async (request) => {
+        request.body ??= {};
+      },
+      schema: {
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            state: { type: 'string', enum: ['dlq', 'failed'], default: 'dlq' },
+            domain: { ...DOMAIN_FILTER },
+            limit: { type: 'integer', minimum: 1, maximum: MAX_BULK_RETRY, default: 100 },
+          },
+        },
+      },
+    },
+    async (request) => {
+      if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
+      const { state, domain, limit } = request.body;
+      const query: MessageQuery = { limit: limit ?? 100, offset: 0, state: state ?? 'dlq' };
+      if (domain) query.domain = domain.toLowerCase();
+      const found = await listMessages(store, query);
+      let requeued = 0;
+      for (let i = 0; i < found.length; i += BULK_RETRY_CONCURRENCY) {
+        const outcomes = await Promise.all(
+          found.slice(i, i + BULK_RETRY_CONCURRENCY).map((doc) => replay(doc._id)),
+        );
+        requeued += outcomes.filter((outcome) => outcome === 'ok').length;
+      }
+      request.log.info(
+        { event: EVENTS.messagesRequeued, matched: found.length, requeued, state: query.state },
+        'bulk replay',
+      );
+      return { matched: found.length, requeued };
+    },
+  );
 
   app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {
     if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');

@@ -2,7 +2,9 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
-import { parseRecipientPattern } from '../route/pattern.ts';
+import { RouteDirectory } from '../route/directory.ts';
+import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
+import { type PatternKind, parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
 import type { Store } from '../store/mongo.ts';
 import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
@@ -59,8 +61,72 @@ interface CreateRouteBody {
   webhook_secret?: string;
 }
 
+const KIND_NAMES: Readonly<Record<PatternKind, string>> = Object.freeze({
+  exact: 'exact',
+  plus: 'plus-addressing',
+  regex: 'regex',
+  wildcard: 'wildcard',
+});
+
+/** Why `address` goes where it goes, in the words an operator needs (SMTP reply included). */
+export async function explainMatch(directory: RouteDirectory, input: string) {
+  const address = input.trim().toLowerCase();
+  const at = address.lastIndexOf('@');
+  if (at <= 0 || at === address.length - 1 || address.length > MAX_ADDRESS_LENGTH) {
+    throw new ServiceError('invalid_query', 'address must be an email address such as alice@example.com');
+  }
+  const domain = address.slice(at + 1);
+  if (!(await directory.servesDomain(domain))) {
+    return {
+      address,
+      domain_registered: false,
+      matched: false,
+      reason: `${domain} is not a registered domain: mail to this address is refused with 550 5.7.1`,
+    };
+  }
+  const found = await directory.match(address);
+  if (!found) {
+    return {
+      address,
+      domain_registered: true,
+      matched: false,
+      reason: `no route of ${domain} matches this address: mail to it is refused with 550 5.1.1`,
+    };
+  }
+  const kind = KIND_NAMES[found.route.kind];
+  const scope = found.route.scope === 'local' ? 'the local part' : 'the whole address';
+  return {
+    address,
+    domain_registered: true,
+    matched: true,
+    route: toRouteView(found.route),
+    kind: found.route.kind,
+    ...(found.plusTag !== undefined ? { plus_tag: found.plusTag } : {}),
+    reason:
+      `the ${kind} pattern ${JSON.stringify(found.route.recipient_pattern)} matches ${scope}; ` +
+      'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind',
+  };
+}
+
 export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+  // the tester must see a route created a moment ago: a directory that reloads on every question
+  const directory = new RouteDirectory(store, { ttlMs: 0 });
   app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
+
+  app.get<{ Querystring: { address: string } }>(
+    '/routes/match',
+    {
+      schema: {
+        querystring: {
+          type: 'object',
+          required: ['address'],
+          additionalProperties: false,
+          properties: { address: { type: 'string', minLength: 1, maxLength: 1000 } },
+        },
+      },
+    },
+    async (request) => explainMatch(directory, request.query.address),
+  );
 
   app.post<{ Body: CreateRouteBody }>(
     '/routes',

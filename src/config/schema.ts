@@ -247,6 +247,14 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 'info' as (typeof LOG_LEVELS)[number],
     parse: oneOf(LOG_LEVELS),
   } satisfies Setting<(typeof LOG_LEVELS)[number]>,
+  httpRequestLog: {
+    env: 'HTTP_REQUEST_LOG',
+    flag: 'http-request-log',
+    defaultText: 'true',
+    description: 'Log one line per API request (method, route pattern, status, duration) at info',
+    defaultValue: () => true,
+    parse: boolean,
+  } satisfies Setting<boolean>,
   webhookDenyPrivate: {
     env: 'WEBHOOK_DENY_PRIVATE',
     flag: 'webhook-deny-private',
@@ -306,6 +314,21 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
 
   if (problems.length > 0) return { ok: false, problems };
   return { ok: true, config: Object.freeze(config) as Config };
+}
+
+/**
+ * The configuration as the start-up line shows it: the API key and any password in MONGODB_URI
+ * replaced by `[redacted]`, durations and sizes as given units.
+ */
+export function describeConfig(config: Config): Record<string, unknown> {
+  const shown: Record<string, unknown> = { ...config };
+  if (config.apiKey) shown.apiKey = '[redacted]';
+  shown.mongodbUri = config.mongodbUri.replace(/^(mongodb(?:\+srv)?:\/\/[^:/@]*):[^@/]*@/, '$1:[redacted]@');
+  shown.retryDelays = config.retryDelays.map(formatDuration);
+  for (const key of ['webhookTimeout', 'smtpIdleTimeout', 'smtpSessionLimit', 'leaseTime'] as const)
+    shown[key] = formatDuration(config[key]);
+  shown.smtpTls = Boolean(config.smtpTlsCert);
+  return shown;
 }
 
 /** Secrets are never echoed back in full. */

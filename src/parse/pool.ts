@@ -3,6 +3,7 @@
 // runs in piscina workers with a bounded queue and a heap limit sized for the largest message.
 // Infrastructure failures come back as results, never as rejections.
 import { Piscina } from 'piscina';
+import { metrics } from '../metrics/metrics.ts';
 import type { ParseInput, ParseOutput } from './payload.ts';
 
 export interface ParsePoolOptions {
@@ -102,8 +103,11 @@ export class ParsePool implements Parser {
 
   async #run(input: ParseInput): Promise<PoolParseOutput> {
     const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
+    const started = performance.now();
     try {
-      return await this.#pool.run({ ...input, raw }, { transferList: [raw.buffer] });
+      const output = await this.#pool.run({ ...input, raw }, { transferList: [raw.buffer] });
+      metrics.parsed(performance.now() - started);
+      return output;
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // queued tasks that close() abandons end here too: the pool went away, the message did not fail
@@ -112,6 +116,11 @@ export class ParsePool implements Parser {
       }
       return failure('worker_crashed', `parse worker failed: ${message}`);
     }
+  }
+
+  /** Messages waiting for a thread: in piscina's queue, and callers waiting for a place in it. */
+  get queued(): number {
+    return this.#pool.queueSize + this.#waiting.length;
   }
 
   /** Waits for running parses, then stops the threads. Safe to call more than once. */
@@ -189,6 +198,10 @@ export class ParseLanes implements Parser {
 
   parse(input: ParseInput): Promise<PoolParseOutput> {
     return (input.raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small).parse(input);
+  }
+
+  get queued(): number {
+    return this.#small.queued + this.#large.queued;
   }
 
   async close(): Promise<void> {

@@ -2,6 +2,7 @@
 // webhook client and the actors that drive each message. Importable, so tests can run it
 // in-process; workers/worker.ts is its thin entry.
 
+import cluster from 'node:cluster';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import type { SMTPServer } from 'smtp-server';
@@ -9,7 +10,10 @@ import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { answerMetricsCollection } from '../metrics/cluster.ts';
+import { collectProcessMetrics, metrics } from '../metrics/metrics.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
@@ -56,6 +60,11 @@ export async function prepareWorkerService({
   store,
   logger,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
+  collectProcessMetrics(String(cluster.worker?.id ?? 0));
+  answerMetricsCollection();
+  // heard only when the client was opened with monitorCommands (workers/worker.ts does)
+  store.client.on('commandSucceeded', (event) => metrics.dbCommand(event.commandName, event.duration));
+  store.client.on('commandFailed', (event) => metrics.dbCommand(event.commandName, event.duration));
   const directory = new RouteDirectory(store);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
@@ -76,6 +85,8 @@ export async function prepareWorkerService({
   });
   const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
   const smtp = createSmtpServer({ config, store, directory, actors, logger });
+  metrics.watchSmtpConnections(() => smtp.connections.size);
+  metrics.watchParseQueue(() => pool.queued);
 
   let listening = false;
   const service: PreparedWorkerService = {
@@ -83,7 +94,15 @@ export async function prepareWorkerService({
     smtpPort: 0,
     actors,
     async listen() {
-      await app.listen({ host: config.httpHost, port: config.httpPort });
+      // Fastify logs a line per interface the address covers (0.0.0.0: every one); this process
+      // says it once, below, with both ports
+      const level = app.log.level;
+      app.log.level = 'warn';
+      try {
+        await app.listen({ host: config.httpHost, port: config.httpPort });
+      } finally {
+        app.log.level = level;
+      }
       await new Promise<void>((resolve, reject) => {
         smtp.once('error', reject);
         smtp.listen(config.smtpPort, config.smtpHost, () => {
@@ -97,6 +116,10 @@ export async function prepareWorkerService({
       actors.start();
       service.httpPort = (app.server.address() as AddressInfo).port;
       service.smtpPort = (smtp.server.address() as AddressInfo).port;
+      logger.info(
+        { event: EVENTS.serverListening, http_port: service.httpPort, smtp_port: service.smtpPort },
+        `Server listening at http://${config.httpHost}:${service.httpPort}, SMTP on port ${service.smtpPort}`,
+      );
     },
     stop,
   };

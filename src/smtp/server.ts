@@ -11,16 +11,17 @@ import {
 } from 'smtp-server';
 import type { ActorSystem } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
-import { smtpError } from '../errors/catalog.ts';
+import { type ErrorCode, type ServiceError, smtpError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics, type SmtpReason } from '../metrics/metrics.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { newId } from '../store/ids.ts';
 import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawUpload, type RawUpload } from '../store/raw.ts';
 import { withDeadline } from '../util/deadline.ts';
-import { useOwnEnhancedCodes } from './replies.ts';
+import { observeLibraryRefusals, useOwnEnhancedCodes } from './replies.ts';
 
 export const MAX_RECIPIENTS = 100;
 /** How long storing one message may take before the sender is told to try again (451). */
@@ -45,6 +46,15 @@ export interface SmtpDeps {
   logger: Logger;
 }
 
+/** The catalog entry each refusal is answered with. */
+const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted'>, ErrorCode>> = Object.freeze({
+  unknown_domain: 'relay_denied',
+  no_route: 'no_such_recipient',
+  too_big: 'message_too_big',
+  too_many_recipients: 'too_many_recipients',
+  storage_unavailable: 'storage_unavailable',
+});
+
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
 }
@@ -56,6 +66,30 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
   const tls = config.smtpTlsCert
     ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
     : undefined;
+
+  /** A refusal, counted and logged at info with who sent what to whom and what they were told. */
+  function refuse(
+    session: SMTPServerSession,
+    reason: Exclude<SmtpReason, 'accepted'>,
+    recipient?: string,
+    sent?: string,
+  ): ServiceError {
+    const code = REFUSALS[reason];
+    const reply = smtpError(code);
+    metrics.smtpReply(reason);
+    log.info(
+      {
+        event: EVENTS.smtpRejected,
+        reason,
+        client: session.remoteAddress,
+        mail_from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+        ...(recipient !== undefined ? { rcpt_to: recipient } : {}),
+        reply: sent ?? `${reply.responseCode} ${reply.message}`,
+      },
+      'refused',
+    );
+    return reply;
+  }
 
   /** Writes the message record once its bytes are stored: after this, the 250. */
   async function record(
@@ -101,7 +135,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     banner: 'mailroute inbound MX',
     size: config.maxMessageSize,
     rejectOversized: true,
-    maxRecipients: MAX_RECIPIENTS,
+    // the 101st recipient is refused in onRcptTo: counted and logged like every refusal
     hideENHANCEDSTATUSCODES: false,
     hideSMTPUTF8: false,
     hide8BITMIME: false,
@@ -115,21 +149,27 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     logger: false,
     ...(tls ?? {}),
 
-    onRcptTo(address, _session, callback) {
+    onConnect(_session, callback) {
+      metrics.smtpConnected();
+      callback();
+    },
+
+    onRcptTo(address, session, callback) {
       const recipient = address.address.toLowerCase();
+      const known = session.envelope.rcptTo.some((r) => r.address.toLowerCase() === recipient);
+      if (!known && session.envelope.rcptTo.length >= MAX_RECIPIENTS)
+        return callback(refuse(session, 'too_many_recipients', address.address));
       void (async () => {
         if (!(await directory.servesDomain(domainOf(recipient)))) {
-          log.debug({ event: EVENTS.smtpRejected, reason: 'relay_denied' }, 'recipient domain not served');
-          return callback(smtpError('relay_denied'));
+          return callback(refuse(session, 'unknown_domain', address.address));
         }
         if (!(await directory.match(recipient))) {
-          log.debug({ event: EVENTS.smtpRejected, reason: 'no_such_recipient' }, 'no route for recipient');
-          return callback(smtpError('no_such_recipient'));
+          return callback(refuse(session, 'no_route', address.address));
         }
         callback();
       })().catch((err: unknown) => {
         log.error({ err, event: EVENTS.databaseUnavailable }, 'recipient check failed');
-        callback(smtpError('storage_unavailable'));
+        callback(refuse(session, 'storage_unavailable', address.address));
       });
     },
 
@@ -151,9 +191,10 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         }
       });
       stream.once('end', () => {
+        metrics.smtpBytes(stream.byteLength ?? bytes);
         if (stream.sizeExceeded) {
           void upload.abort();
-          return callback(smtpError('message_too_big'));
+          return callback(refuse(session, 'too_big'));
         }
         // a buffer of its own, so the parse thread can take it over without another copy; the
         // chunks (often slices of larger socket buffers) go now
@@ -169,6 +210,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
               { event: EVENTS.smtpAccepted, message: id, size: bytes, recipients: doc.to.length },
               'accepted',
             );
+            metrics.smtpReply('accepted');
             callback(null, `OK: queued as ${id}`);
             actors.adopt(doc, whole);
           },
@@ -177,13 +219,16 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
             void upload.abort();
             // writes in flight may still land in a stalled database: they are removed when it answers
             actors.abandon(id);
-            callback(smtpError('storage_unavailable'));
+            callback(refuse(session, 'storage_unavailable'));
           },
         );
       });
     },
   };
   const server = new SMTPServer(options);
+  observeLibraryRefusals((connection, reply) => {
+    if (server.connections.has(connection as never)) refuse(connection.session, 'too_big', undefined, reply);
+  });
   // the idle timeout alone lets a slow-drip client hold a session forever
   enforceSessionLimit(server, config.smtpSessionLimit);
   return server;

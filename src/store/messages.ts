@@ -242,9 +242,12 @@ export function findDue(
   store: Store,
   now: Date,
   limit: number,
-): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch'>>> {
+): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch' | 'lease_owner'>>> {
   return store.messages
-    .find({ scheduled: true, due_at: { $lte: now } }, { projection: { _id: 1, lease_epoch: 1 } })
+    .find(
+      { scheduled: true, due_at: { $lte: now } },
+      { projection: { _id: 1, lease_epoch: 1, lease_owner: 1 } },
+    )
     .sort({ due_at: 1 })
     .limit(limit)
     .toArray();
