@@ -20,6 +20,7 @@ import { metrics } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Store } from '../store/mongo.ts';
 import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
+import { consoleRoutes } from './console.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
@@ -143,6 +144,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     processMetrics: deps.processMetrics ?? instanceMetrics,
     instance: [storeGauges(deps.store)],
   });
+  await app.register(consoleRoutes);
   return app;
 }
 

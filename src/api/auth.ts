@@ -1,6 +1,6 @@
 // API key authentication: checked first on every request (before body parsing, validation or
-// routing), compared in constant time. /health and /openapi.yaml are always
-// public. The key comes as X-API-Key or as `Authorization: Bearer <key>` (what Prometheus sends).
+// routing), compared in constant time. /health, /openapi.yaml and the console's static files
+// are always public. The key comes as X-API-Key or as `Authorization: Bearer <key>` (what Prometheus sends).
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
@@ -19,7 +19,7 @@ export function keysMatch(expectedDigest: Buffer, presented: string): boolean {
 export function isPublic(request: FastifyRequest): boolean {
   if (request.method !== 'GET' && request.method !== 'HEAD') return false;
   const path = request.url.split('?', 1)[0] ?? '';
-  return PUBLIC_PATHS.has(path);
+  return PUBLIC_PATHS.has(path) || path === '/console' || path.startsWith('/console/');
 }
 
 export interface FailureLimit {

@@ -3,7 +3,7 @@
 // (refusals with addresses, refused keys, one line per request, the effective configuration).
 import test from 'ava';
 import { ApiClient } from '../_support/http.ts';
-import { type Pipeline, startPipeline } from '../_support/pipeline.ts';
+import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
 import { findPromtool, labelValues, promtoolCheck, sampleSum } from '../_support/prometheus.ts';
 import { SmtpDialog, sendRaw } from '../_support/smtp.ts';
 
@@ -45,17 +45,9 @@ test.before(async () => {
   });
   api = new ApiClient(pipe.service.baseUrl, KEY);
   pipe.receiver.on('/fail', { status: 500 });
-  await api.post('/domains', { name: DOMAIN });
-  await api.post('/routes', {
-    domain: DOMAIN,
-    recipient_pattern: 'known+*',
-    webhook_url: pipe.receiver.url('/ok'),
-  });
-  await api.post('/routes', {
-    domain: DOMAIN,
-    recipient_pattern: 'fail',
-    webhook_url: pipe.receiver.url('/fail'),
-  });
+  const via = { api, receiver: pipe.receiver };
+  await routeTo(via, DOMAIN, '/ok', 'known+*');
+  await routeTo(via, DOMAIN, '/fail', 'fail');
 
   const envelope = (to: string) => ({ from: 'bounce@sender.example', to: [to] });
   const results = [
