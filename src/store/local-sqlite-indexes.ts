@@ -12,43 +12,62 @@ import { DatabaseSync } from 'node:sqlite';
 const EVERY_MS = 1000;
 const PREFIX = 'mailroute_id_';
 
+interface Database {
+  db: DatabaseSync;
+  /** tables known to have the index: each is looked up once, not at every look */
+  indexed: Set<string>;
+}
+
 /** Creates the missing indexes in every database file under `dir` now; returns how many. */
-export function indexSqliteIds(dir: string, open: Map<string, DatabaseSync>): number {
+export function indexSqliteIds(dir: string, open: Map<string, Database>): number {
   if (!existsSync(dir)) return 0;
   let created = 0;
   for (const file of readdirSync(dir)) {
     if (!file.endsWith('.sqlite')) continue;
-    let db = open.get(file);
-    if (!db) {
-      db = new DatabaseSync(path.join(dir, file));
-      // FerretDB writes too: wait for its locks rather than fail
-      db.exec('PRAGMA busy_timeout = 2000');
-      open.set(file, db);
+    let entry = open.get(file);
+    if (!entry) {
+      const db = new DatabaseSync(path.join(dir, file));
+      // FerretDB writes too: wait briefly for its locks rather than fail (the next look tries again)
+      db.exec('PRAGMA busy_timeout = 200');
+      entry = { db, indexed: new Set() };
+      open.set(file, entry);
     }
-    const tables = db
-      .prepare(
-        `SELECT t.name AS name FROM sqlite_master t
-         WHERE t.type = 'table' AND t.name NOT LIKE 'sqlite\\_%' ESCAPE '\\' AND t.name NOT LIKE '\\_ferretdb\\_%' ESCAPE '\\'
-           AND NOT EXISTS (SELECT 1 FROM sqlite_master i WHERE i.type = 'index' AND i.name = '${PREFIX}' || t.name)`,
+    const { db, indexed } = entry;
+    const rows = db
+      .prepare("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'index')")
+      .all() as Array<{ type: string; name: string }>;
+    const indexes = new Set(rows.filter((row) => row.type === 'index').map((row) => row.name));
+    const tables = new Set(rows.filter((row) => row.type === 'table').map((row) => row.name));
+    for (const { type, name } of rows) {
+      if (
+        type !== 'table' ||
+        indexed.has(name) ||
+        name.startsWith('sqlite_') ||
+        name.startsWith('_ferretdb_')
       )
-      .all() as Array<{ name: string }>;
-    for (const { name } of tables) {
-      const quoted = `"${name.replaceAll('"', '""')}"`;
-      const index = `"${`${PREFIX}${name}`.replaceAll('"', '""')}"`;
-      try {
-        db.exec(`CREATE INDEX IF NOT EXISTS ${index} ON ${quoted} (_ferretdb_sjson->'$._id')`);
-        created++;
-      } catch {
-        // dropped meanwhile, or busy beyond the timeout: the next look tries again
+        continue;
+      const index = `${PREFIX}${name}`;
+      if (!indexes.has(index)) {
+        try {
+          db.exec(`CREATE INDEX IF NOT EXISTS ${quote(index)} ON ${quote(name)} (_ferretdb_sjson->'$._id')`);
+          created++;
+        } catch {
+          continue; // dropped meanwhile, or busy: the next look tries again
+        }
       }
+      indexed.add(name);
     }
+    // tables dropped by retention are forgotten with them
+    for (const name of indexed) if (!tables.has(name)) indexed.delete(name);
   }
   return created;
 }
 
+const quote = (name: string) => `"${name.replaceAll('"', '""')}"`;
+
 /** Keeps indexing new tables until stopped. */
 export function watchSqliteIds(dir: string): { stop(): void } {
-  const open = new Map<string, DatabaseSync>();
+  const open = new Map<string, Database>();
   const look = () => {
     try {
       indexSqliteIds(dir, open);
@@ -62,7 +81,7 @@ export function watchSqliteIds(dir: string): { stop(): void } {
   return {
     stop() {
       clearInterval(timer);
-      for (const db of open.values()) db.close();
+      for (const { db } of open.values()) db.close();
       open.clear();
     },
   };

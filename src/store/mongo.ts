@@ -97,6 +97,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
       }
     },
     async close() {
+      store.partitions.stop();
       await watchdog.stop();
       await client.close();
     },
