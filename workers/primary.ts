@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { PrimaryBroker } from '../src/service/primary-link.ts';
 import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
@@ -61,6 +62,19 @@ cluster.setupPrimary({
   args: [...process.argv.slice(2), '--http-port', String(httpPort), '--smtp-port', String(smtpPort)],
 });
 
+// answers the workers: routing changes told to every worker before the API answers, failed
+// authentications counted for the instance
+const broker = new PrimaryBroker(
+  () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined),
+  {
+    onAckTimeout: (workers) =>
+      logger.warn(
+        { event: EVENTS.routingChangeUnacknowledged, workers },
+        'workers did not acknowledge a routing change',
+      ),
+  },
+);
+
 let stopping = false;
 let restarts = 0;
 const ready = new Set<number>();
@@ -83,6 +97,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
     standbyReady = false;
   }
   worker.on('message', (message: { type?: string; httpPort?: number; smtpPort?: number }) => {
+    broker.handle(worker, message);
     if (message?.type === 'standby') {
       if (worker === standby) standbyReady = true;
       // promoted while it was still starting: it takes its place now that it can
@@ -111,6 +126,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
     }
   });
   worker.on('exit', (code, signal) => {
+    broker.exited(worker);
     ready.delete(worker.id);
     if (stopping) return;
     if (worker === standby) {

@@ -4,10 +4,13 @@
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { PrimaryLink } from '../src/service/primary-link.ts';
 import { recordProcessStats } from '../src/service/process-stats.ts';
 import { prepareWorkerService } from '../src/service/worker-service.ts';
 import { openStore } from '../src/store/mongo.ts';
 
+// first: no route snapshot can exist before the primary can tell this process of a change
+const link = new PrimaryLink();
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'worker' });
 
@@ -22,7 +25,7 @@ const store = await openStore({
     ),
 });
 const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
-const service = await prepareWorkerService({ config, store, logger });
+const service = await prepareWorkerService({ config, store, logger, link });
 async function activate(): Promise<void> {
   await service.listen();
   process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });

@@ -5,7 +5,7 @@ import { ServiceError } from '../errors/catalog.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
 import type { Store } from '../store/mongo.ts';
-import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
 import { normaliseDomainName } from './domains.ts';
 
 export interface RouteView {
@@ -110,6 +110,20 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);
       if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+      // a second route for the same pattern could never match: refused rather than kept as a trap.
+      // `alice` and `alice@<its domain>` are the same pattern written two ways.
+      const { pattern: text, kind, scope } = pattern.value;
+      const sameText =
+        kind === 'regex'
+          ? [text]
+          : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
+      const existing = await findRouteByPattern(store, domain, sameText);
+      if (existing) {
+        throw new ServiceError(
+          'route_exists',
+          `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
+        );
+      }
       const doc = await createRoute(store, {
         domain,
         recipient_pattern: pattern.value.pattern,

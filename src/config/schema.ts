@@ -1,6 +1,7 @@
 // The one configuration schema: every setting with its env name, flag name, default and check.
 // Precedence: defaults < environment < command-line flags. Parsed once at startup, every problem
 // listed in one go, the result frozen.
+import { isIP } from 'node:net';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatDuration, parseDuration, parseSize } from './units.ts';
@@ -91,6 +92,25 @@ function boolean(value: string): Parsed<boolean> {
   return bad('must be true or false');
 }
 
+/** Comma-separated IP addresses or CIDR ranges (IPv4 or IPv6). */
+function addressList(value: string): Parsed<readonly string[]> {
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    const [address = '', prefix, ...rest] = entry.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || !prefixOk || rest.length > 0)
+      return bad(
+        `"${entry}" is not an IP address or CIDR range (a comma-separated list such as 10.0.0.1,fd00::/8)`,
+      );
+  }
+  return ok(Object.freeze(entries));
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 export const SETTINGS = Object.freeze({
@@ -127,6 +147,15 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 8080,
     parse: port,
   } satisfies Setting<number>,
+  trustProxy: {
+    env: 'TRUST_PROXY',
+    flag: 'trust-proxy',
+    defaultText: 'empty (the TCP peer is the client)',
+    description:
+      'Addresses or CIDR ranges of the proxies in front of the API: from them, the client address is taken from X-Forwarded-For (it counts failed authentications)',
+    defaultValue: (): readonly string[] => Object.freeze([]),
+    parse: addressList,
+  } satisfies Setting<readonly string[]>,
   smtpHost: {
     env: 'SMTP_HOST',
     flag: 'smtp-host',

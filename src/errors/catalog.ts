@@ -21,6 +21,7 @@ export const ERRORS = Object.freeze({
   invalid_recipient_pattern: { http: 400, retryable: false },
   not_found: { http: 404, retryable: false },
   domain_exists: { http: 409, retryable: false },
+  route_exists: { http: 409, retryable: false },
   invalid_state: { http: 409, retryable: false },
   payload_too_large: { http: 413, retryable: false },
   unsupported_media_type: { http: 415, retryable: false },

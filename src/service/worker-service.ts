@@ -14,6 +14,7 @@ import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import type { Store } from '../store/mongo.ts';
+import type { PrimaryLink } from './primary-link.ts';
 
 export interface WorkerService {
   httpPort: number;
@@ -27,6 +28,8 @@ export interface WorkerServiceDeps {
   config: Config;
   store: Store;
   logger: Logger;
+  /** the link to the cluster primary; absent when the service runs alone (in a test process) */
+  link?: PrimaryLink;
 }
 
 /** Parse threads per worker: the cores shared among the workers, at least one each. */
@@ -55,6 +58,7 @@ export async function prepareWorkerService({
   config,
   store,
   logger,
+  link,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
   const pool = new ParseLanes({
@@ -74,7 +78,13 @@ export async function prepareWorkerService({
     leaseMs: config.leaseTime,
     logger,
   });
-  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
+  const app = await buildApp({
+    store,
+    config,
+    logger,
+    replay: (id) => actors.replay(id),
+    ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
+  });
   const smtp = createSmtpServer({ config, store, directory, actors, logger });
 
   let listening = false;
