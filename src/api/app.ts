@@ -33,7 +33,11 @@ export interface AppDeps {
   authFailurePolicy?: FailurePolicy;
   /** counts a failed authentication for the whole instance; default: counted in this process */
   countAuthFailure?: FailureCounter;
-
+  /**
+   * Called after a domain or route was created or deleted, before the answer is sent: it resolves
+   * once every process of the instance routes by the change. Default: nothing to tell.
+   */
+  routingChanged?: () => Promise<void>;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
 }
@@ -118,8 +122,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
 
-  await app.register(domainRoutes, { store: deps.store });
-  await app.register(routeRoutes, { store: deps.store });
+  const routingChanged = deps.routingChanged ?? (async () => {});
+  await app.register(domainRoutes, { store: deps.store, routingChanged });
+  await app.register(routeRoutes, { store: deps.store, routingChanged });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
   return app;
 }

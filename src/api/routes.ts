@@ -4,9 +4,8 @@ import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
-import type { Store } from '../store/mongo.ts';
 import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
-import { normaliseDomainName } from './domains.ts';
+import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {
   id: string;
@@ -59,7 +58,10 @@ interface CreateRouteBody {
   webhook_secret?: string;
 }
 
-export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
+  app,
+  { store, routingChanged },
+) => {
   app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
 
   app.post<{ Body: CreateRouteBody }>(
@@ -132,6 +134,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
       });
+      await routingChanged();
       return reply.code(201).send(toRouteView(doc));
     },
   );
@@ -140,6 +143,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
     if (!(await deleteRoute(store, request.params.id))) {
       throw new ServiceError('not_found', `route ${request.params.id} not found`);
     }
+    await routingChanged();
     return reply.code(204).send();
   });
 };

@@ -14,6 +14,7 @@ import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import type { Store } from '../store/mongo.ts';
+import { bumpRoutingVersion } from '../store/routing-version.ts';
 import type { PrimaryLink } from './primary-link.ts';
 
 export interface WorkerService {
@@ -61,6 +62,17 @@ export async function prepareWorkerService({
   link,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
+  link?.onInvalidate(() => directory.invalidate());
+  // Before the API answers a change of domains or routes: other instances are told through the
+  // change counter (they poll it), this process drops its snapshot, and through the primary every
+  // other worker of this instance does too and acknowledges it.
+  const routingChanged = async () => {
+    await bumpRoutingVersion(store).catch((err: unknown) =>
+      logger.warn({ err }, 'routing change counter not written: other instances see the change within 2 s'),
+    );
+    directory.invalidate();
+    await link?.routingChanged();
+  };
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
@@ -83,6 +95,7 @@ export async function prepareWorkerService({
     config,
     logger,
     replay: (id) => actors.replay(id),
+    routingChanged,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });
   const smtp = createSmtpServer({ config, store, directory, actors, logger });
@@ -93,6 +106,9 @@ export async function prepareWorkerService({
     smtpPort: 0,
     actors,
     async listen() {
+      // a standby's snapshot may predate other instances' changes
+      directory.invalidate();
+      directory.watch();
       await app.listen({ host: config.httpHost, port: config.httpPort });
       await new Promise<void>((resolve, reject) => {
         smtp.once('error', reject);
@@ -119,6 +135,7 @@ export async function prepareWorkerService({
       await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
       await smtpClosed;
       await app.close();
+      directory.stop();
       await pool.close();
       await client.close();
     })();
