@@ -5,6 +5,7 @@ import { isIP } from 'node:net';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatDuration, parseDuration, parseSize } from './units.ts';
+import { VERSION } from './version.ts';
 
 type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 
@@ -350,8 +351,63 @@ export function configTableMarkdown(): string {
   return ['| env | flag | default | meaning |', '|---|---|---|---|', ...rows].join('\n');
 }
 
-/** For entry files: the config, or every problem on stderr and exit code 2. */
+/** `--help`: every setting on one line (flag, env, default, meaning), then the two info flags. */
+export function helpText(): string {
+  const rows = Object.values(SETTINGS).map((s) => [
+    `--${s.flag} <value>`,
+    s.env,
+    s.defaultText,
+    s.description,
+  ]);
+  const width = (column: number) => Math.max(...rows.map((row) => row[column]!.length));
+  const [flagWidth, envWidth] = [width(0), width(1)];
+  const lines = rows.map(
+    ([flag, env, defaultText, description]) =>
+      `  ${flag!.padEnd(flagWidth)}  ${env!.padEnd(envWidth)}  ${description} (default: ${defaultText})`,
+  );
+  return [
+    `mailroute ${VERSION}: inbound email routing (SMTP in, signed JSON webhooks out)`,
+    '',
+    'Usage: npm start -- [flags]    (or: node workers/primary.ts [flags])',
+    'Every setting is a flag or an environment variable; the flag wins.',
+    '',
+    ...lines,
+    `  ${'--help'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print this and exit`,
+    `  ${'--version'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print the version and exit`,
+    '',
+  ].join('\n');
+}
+
+/** `--help` or `--version` anywhere among the flags (not as another flag's value), if given. */
+export function infoRequest(argv: readonly string[]): 'help' | 'version' | undefined {
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+    help: { type: 'boolean', short: 'h' },
+    version: { type: 'boolean' },
+  };
+  for (const setting of Object.values(SETTINGS)) options[setting.flag] = { type: 'string' };
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options,
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
+  const names = new Set(tokens.filter((token) => token.kind === 'option').map((token) => token.name));
+  if (names.has('help')) return 'help';
+  if (names.has('version')) return 'version';
+  return undefined;
+}
+
+/**
+ * For entry files: the config, or every problem on stderr and exit code 2. `--help` and
+ * `--version` print to stdout and exit 0.
+ */
 export function loadConfigOrExit(argv: readonly string[] = process.argv.slice(2), env = process.env): Config {
+  const info = infoRequest(argv);
+  if (info) {
+    process.stdout.write(info === 'help' ? helpText() : `${VERSION}\n`);
+    process.exit(0);
+  }
   const loaded = loadConfig(argv, env);
   if (loaded.ok) return loaded.config;
   for (const problem of loaded.problems) process.stderr.write(`config: ${problem}\n`);

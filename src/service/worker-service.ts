@@ -9,6 +9,7 @@ import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
@@ -130,6 +131,17 @@ export async function prepareWorkerService({
   let stopping: Promise<void> | undefined;
   function stop(): Promise<void> {
     stopping ??= (async () => {
+      // what the shutdown waits for, when it waits: said before it waits
+      if (smtp.connections.size > 0 || actors.size > 0) {
+        logger.info(
+          {
+            event: EVENTS.serviceWaiting,
+            smtp_sessions: smtp.connections.size,
+            messages_in_flight: actors.size,
+          },
+          'waiting for SMTP sessions and deliveries in flight',
+        );
+      }
       // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
       const smtpClosed = listening ? closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS) : Promise.resolve();
       await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
