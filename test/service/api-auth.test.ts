@@ -1,5 +1,7 @@
 // Authentication: X-API-Key on every protected endpoint, checked before anything else.
 import test from 'ava';
+import { buildApp } from '../../src/api/app.ts';
+import { createLogger } from '../../src/log/logger.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 
 const KEY = 'k-7d1f0c6e9a3b4d2f8e5a1c0b9d8e7f6a';
@@ -116,3 +118,36 @@ test('after many failed authentications from an address the right key still work
   );
   t.is((await limited.client.for(t).get('/health')).status, 200);
 });
+
+for (const [title, trustProxy, counted] of [
+  ['without TRUST_PROXY, X-Forwarded-For is ignored: the peer is the client', [], '127.0.0.1'],
+  [
+    'with TRUST_PROXY naming the peer, the client is the one X-Forwarded-For names',
+    ['127.0.0.1'],
+    '203.0.113.7',
+  ],
+  ['with TRUST_PROXY naming another proxy, the peer is the client', ['10.9.9.9'], '127.0.0.1'],
+] as const) {
+  test(`failed authentications are counted per client address: ${title}`, async (t) => {
+    const addresses: string[] = [];
+    const app = await buildApp({
+      store: api.store,
+      config: { apiKey: KEY, trustProxy: [...trustProxy] },
+      logger: createLogger('silent'),
+      countAuthFailure: async (address) => addresses.push(address),
+    });
+    t.teardown(() => app.close());
+    const answer = await app.inject({
+      method: 'GET',
+      url: '/domains',
+      headers: { 'x-api-key': 'wrong', 'x-forwarded-for': '203.0.113.7' },
+      remoteAddress: '127.0.0.1',
+    });
+    t.is(answer.statusCode, 401);
+    t.deepEqual(addresses, [counted]);
+    // the right key is not counted
+    const right = await app.inject({ method: 'GET', url: '/domains', headers: { 'x-api-key': KEY } });
+    t.is(right.statusCode, 200);
+    t.is(addresses.length, 1);
+  });
+}
