@@ -16,7 +16,7 @@ import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Logger } from '../log/logger.ts';
 import type { Store } from '../store/mongo.ts';
-import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
+import { apiKeyHook, type FailureCounter, type FailurePolicy, presentsKey } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
@@ -27,12 +27,19 @@ export const OPENAPI_PATH = new URL('../../openapi.yaml', import.meta.url);
 
 export interface AppDeps {
   store: Store;
-  config: Pick<Config, 'apiKey'>;
+  config: Pick<Config, 'apiKey'> & Partial<Pick<Config, 'trustProxy'>>;
   logger: Logger;
   /** what GET /openapi.yaml serves; default: the repository's openapi.yaml */
   openapiText?: string;
-  /** failed authentications allowed per client address; default 20 a minute */
-  authFailureLimit?: FailureLimit;
+  /** when repeated failed authentications from one address are slowed down; default 10 a minute, then 1 s each */
+  authFailurePolicy?: FailurePolicy;
+  /** counts a failed authentication for the whole instance; default: counted in this process */
+  countAuthFailure?: FailureCounter;
+  /**
+   * Called after a domain or route was created or deleted, before the answer is sent: it resolves
+   * once every process of the instance routes by the change. Default: nothing to tell.
+   */
+  routingChanged?: () => Promise<void>;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<ReplayOutcome>;
 }
@@ -61,6 +68,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 200 },
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    // the client's address from X-Forwarded-For only when the peer is a proxy TRUST_PROXY names
+    ...(deps.config.trustProxy && deps.config.trustProxy.length > 0
+      ? { trustProxy: [...deps.config.trustProxy] }
+      : {}),
   });
   app.setValidatorCompiler(({ schema, httpPart }) =>
     httpPart === 'body' ? bodyAjv.compile(schema) : queryAjv.compile(schema),
@@ -84,7 +95,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
-  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit));
+  // an empty body is no body, whatever its Content-Type says: many clients send
+  // `Content-Type: application/json` on every request, DELETE included
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser(['application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString();
+    if (text === '') {
+      done(null, undefined);
+      return;
+    }
+    parseJson(request, text, done);
+  });
+  const hook = apiKeyHook(deps.config.apiKey, {
+    ...(deps.authFailurePolicy ? { policy: deps.authFailurePolicy } : {}),
+    ...(deps.countAuthFailure ? { count: deps.countAuthFailure } : {}),
+  });
   if (hook) app.addHook('onRequest', hook);
 
   const openapiText = deps.openapiText ?? readFileSync(OPENAPI_PATH, 'utf8');
@@ -98,8 +124,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
 
-  await app.register(domainRoutes, { store: deps.store });
-  await app.register(routeRoutes, { store: deps.store });
+  const routingChanged = deps.routingChanged ?? (async () => {});
+  await app.register(domainRoutes, { store: deps.store, routingChanged });
+  await app.register(routeRoutes, { store: deps.store, routingChanged });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
   return app;
 }

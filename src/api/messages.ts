@@ -13,6 +13,18 @@ import { getMessage, listMessages, type MessageQuery } from '../store/reads.ts';
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
 
+/** A query number: plain decimal digits only (no `0x10`, `1e1`, `+5` or ` 1`), then the range. */
+function decimal(minimum: number, maximum: number, fallback: number) {
+  return {
+    default: fallback,
+    allOf: [
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a thenable
+      { if: { type: 'string' }, then: { type: 'string', pattern: '^[0-9]+$' } },
+      { type: 'integer', minimum, maximum },
+    ],
+  };
+}
+
 export interface MessageView {
   id: string;
   message_id: string;
@@ -79,8 +91,8 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
           type: 'object',
           additionalProperties: false,
           properties: {
-            limit: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 50 },
-            offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
+            limit: decimal(1, MAX_LIMIT, 50),
+            offset: decimal(0, MAX_OFFSET, 0),
             state: { type: 'string', enum: [...STATES] },
             domain: { type: 'string', minLength: 1, maxLength: 253, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
             before: { type: 'string', minLength: 1, maxLength: 64 },
@@ -131,20 +143,32 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
     return reply.type('message/rfc822').send(raw);
   });
 
-  app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {
-    if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
-    const outcome = await replay(request.params.id);
-    if (outcome === 'not_found')
-      throw new ServiceError('not_found', `message ${request.params.id} not found`);
-    if (outcome === 'raw_expired')
-      throw new ServiceError(
-        'raw_expired',
-        'its raw bytes are no longer kept (RAW_RETENTION): it cannot be parsed again',
-      );
-    if (outcome === 'invalid_state') {
-      throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
+  // no body, or an empty object: a field here would be ignored, and the API ignores none
+  const noFields = async (request: { body: unknown }) => {
+    const body = request.body;
+    if (body === undefined || body === null) return;
+    if (typeof body !== 'object' || Array.isArray(body) || Object.keys(body).length > 0) {
+      throw new ServiceError('invalid_request', 'this request takes no body fields');
     }
-    const doc = await getMessage(store, request.params.id);
-    return reply.code(202).send(doc ? toMessageDetail(doc) : undefined);
-  });
+  };
+  app.post<{ Params: { id: string } }>(
+    '/messages/:id/retry',
+    { preValidation: noFields },
+    async (request, reply) => {
+      if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
+      const outcome = await replay(request.params.id);
+      if (outcome === 'not_found')
+        throw new ServiceError('not_found', `message ${request.params.id} not found`);
+      if (outcome === 'raw_expired')
+        throw new ServiceError(
+          'raw_expired',
+          'its raw bytes are no longer kept (RAW_RETENTION): it cannot be parsed again',
+        );
+      if (outcome === 'invalid_state') {
+        throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
+      }
+      const doc = await getMessage(store, request.params.id);
+      return reply.code(202).send(doc ? toMessageDetail(doc) : undefined);
+    },
+  );
 };

@@ -4,9 +4,8 @@ import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
-import type { Store } from '../store/mongo.ts';
-import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
-import { normaliseDomainName } from './domains.ts';
+import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {
   id: string;
@@ -59,7 +58,10 @@ interface CreateRouteBody {
   webhook_secret?: string;
 }
 
-export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
+  app,
+  { store, routingChanged },
+) => {
   app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
 
   app.post<{ Body: CreateRouteBody }>(
@@ -110,6 +112,20 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);
       if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+      // a second route for the same pattern could never match: refused rather than kept as a trap.
+      // `alice` and `alice@<its domain>` are the same pattern written two ways.
+      const { pattern: text, kind, scope } = pattern.value;
+      const sameText =
+        kind === 'regex'
+          ? [text]
+          : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
+      const existing = await findRouteByPattern(store, domain, sameText);
+      if (existing) {
+        throw new ServiceError(
+          'route_exists',
+          `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
+        );
+      }
       const doc = await createRoute(store, {
         domain,
         recipient_pattern: pattern.value.pattern,
@@ -118,6 +134,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
       });
+      await routingChanged();
       return reply.code(201).send(toRouteView(doc));
     },
   );
@@ -126,6 +143,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
     if (!(await deleteRoute(store, request.params.id))) {
       throw new ServiceError('not_found', `route ${request.params.id} not found`);
     }
+    await routingChanged();
     return reply.code(204).send();
   });
 };

@@ -1,9 +1,11 @@
 // The one configuration schema: every setting with its env name, flag name, default and check.
 // Precedence: defaults < environment < command-line flags. Parsed once at startup, every problem
 // listed in one go, the result frozen.
+import { isIP } from 'node:net';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatDuration, parseDuration, parseSize } from './units.ts';
+import { VERSION } from './version.ts';
 
 type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 
@@ -91,6 +93,25 @@ function boolean(value: string): Parsed<boolean> {
   return bad('must be true or false');
 }
 
+/** Comma-separated IP addresses or CIDR ranges (IPv4 or IPv6). */
+function addressList(value: string): Parsed<readonly string[]> {
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    const [address = '', prefix, ...rest] = entry.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || !prefixOk || rest.length > 0)
+      return bad(
+        `"${entry}" is not an IP address or CIDR range (a comma-separated list such as 10.0.0.1,fd00::/8)`,
+      );
+  }
+  return ok(Object.freeze(entries));
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 export const SETTINGS = Object.freeze({
@@ -127,6 +148,15 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 8080,
     parse: port,
   } satisfies Setting<number>,
+  trustProxy: {
+    env: 'TRUST_PROXY',
+    flag: 'trust-proxy',
+    defaultText: 'empty (the TCP peer is the client)',
+    description:
+      'Addresses or CIDR ranges of the proxies in front of the API: from them, the client address is taken from X-Forwarded-For (it counts failed authentications)',
+    defaultValue: (): readonly string[] => Object.freeze([]),
+    parse: addressList,
+  } satisfies Setting<readonly string[]>,
   smtpHost: {
     env: 'SMTP_HOST',
     flag: 'smtp-host',
@@ -341,8 +371,63 @@ export function configTableMarkdown(): string {
   return ['| env | flag | default | meaning |', '|---|---|---|---|', ...rows].join('\n');
 }
 
-/** For entry files: the config, or every problem on stderr and exit code 2. */
+/** `--help`: every setting on one line (flag, env, default, meaning), then the two info flags. */
+export function helpText(): string {
+  const rows = Object.values(SETTINGS).map((s) => [
+    `--${s.flag} <value>`,
+    s.env,
+    s.defaultText,
+    s.description,
+  ]);
+  const width = (column: number) => Math.max(...rows.map((row) => row[column]!.length));
+  const [flagWidth, envWidth] = [width(0), width(1)];
+  const lines = rows.map(
+    ([flag, env, defaultText, description]) =>
+      `  ${flag!.padEnd(flagWidth)}  ${env!.padEnd(envWidth)}  ${description} (default: ${defaultText})`,
+  );
+  return [
+    `mailroute ${VERSION}: inbound email routing (SMTP in, signed JSON webhooks out)`,
+    '',
+    'Usage: npm start -- [flags]    (or: node workers/primary.ts [flags])',
+    'Every setting is a flag or an environment variable; the flag wins.',
+    '',
+    ...lines,
+    `  ${'--help'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print this and exit`,
+    `  ${'--version'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print the version and exit`,
+    '',
+  ].join('\n');
+}
+
+/** `--help` or `--version` anywhere among the flags (not as another flag's value), if given. */
+export function infoRequest(argv: readonly string[]): 'help' | 'version' | undefined {
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+    help: { type: 'boolean', short: 'h' },
+    version: { type: 'boolean' },
+  };
+  for (const setting of Object.values(SETTINGS)) options[setting.flag] = { type: 'string' };
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options,
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
+  const names = new Set(tokens.filter((token) => token.kind === 'option').map((token) => token.name));
+  if (names.has('help')) return 'help';
+  if (names.has('version')) return 'version';
+  return undefined;
+}
+
+/**
+ * For entry files: the config, or every problem on stderr and exit code 2. `--help` and
+ * `--version` print to stdout and exit 0.
+ */
 export function loadConfigOrExit(argv: readonly string[] = process.argv.slice(2), env = process.env): Config {
+  const info = infoRequest(argv);
+  if (info) {
+    process.stdout.write(info === 'help' ? helpText() : `${VERSION}\n`);
+    process.exit(0);
+  }
   const loaded = loadConfig(argv, env);
   if (loaded.ok) return loaded.config;
   for (const problem of loaded.problems) process.stderr.write(`config: ${problem}\n`);

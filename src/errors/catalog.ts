@@ -11,7 +11,6 @@ export interface CatalogEntry {
 export const ERRORS = Object.freeze({
   // REST API
   unauthorized: { http: 401, retryable: false },
-  too_many_requests: { http: 429, retryable: true },
   invalid_request: { http: 400, retryable: false },
   invalid_json: { http: 400, retryable: false },
   invalid_query: { http: 400, retryable: false },
@@ -21,6 +20,7 @@ export const ERRORS = Object.freeze({
   invalid_recipient_pattern: { http: 400, retryable: false },
   not_found: { http: 404, retryable: false },
   domain_exists: { http: 409, retryable: false },
+  route_exists: { http: 409, retryable: false },
   invalid_state: { http: 409, retryable: false },
   raw_expired: { http: 410, retryable: false },
   payload_too_large: { http: 413, retryable: false },

@@ -4,6 +4,8 @@ export const EVENTS = Object.freeze({
   serviceReady: 'service.ready',
   serviceStopping: 'service.stopping',
   serviceStopped: 'service.stopped',
+  /** shutdown is waiting: what for (workers, SMTP sessions, deliveries in flight) */
+  serviceWaiting: 'service.waiting',
   configInvalid: 'config.invalid',
   authDisabled: 'auth.disabled',
   databaseDevDefault: 'database.dev_default',
@@ -11,6 +13,7 @@ export const EVENTS = Object.freeze({
   databaseReconnected: 'database.reconnected',
   workerExited: 'worker.exited',
   workerStarted: 'worker.started',
+  routingChangeUnacknowledged: 'routing.change_unacknowledged',
   smtpAccepted: 'smtp.accepted',
   smtpRejected: 'smtp.rejected',
   smtpStoreFailed: 'smtp.store_failed',

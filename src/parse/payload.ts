@@ -132,11 +132,11 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   }
   if (defects.size >= MAX_DEFECTS) defects.add('further defects not listed');
 
-  const envelope: Envelope = { mail_from: input.envelope.mail_from, rcpt_to: [...input.envelope.rcpt_to] };
-
   // Key order is part of the contract: message_id, from, to, subject, text_body, html_body, headers,
-  // attachments, envelope, plus_tag?, received_at. `to` and `plus_tag` are the only per-delivery
-  // fields, so everything between them is encoded once and copied, never re-serialised.
+  // attachments, envelope, plus_tag?, received_at. `to`, `envelope.rcpt_to` and `plus_tag` are the
+  // only per-delivery fields, so everything between them is encoded once and copied, never
+  // re-serialised. A delivery names only its own route's recipients in both `to` and `rcpt_to`: the
+  // other recipients (Bcc, other routes, other domains) are none of its receiver's business.
   const head = encoder.encode(`{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`);
   const shared: BodyPart[] = [
     encoder.encode(
@@ -144,7 +144,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
         `,"headers":${json(headers)},"attachments":[`,
     ),
     ...mail.attachments.flatMap(attachmentParts),
-    encoder.encode(`],"envelope":${json(envelope)}`),
+    encoder.encode(`],"envelope":{"mail_from":${json(input.envelope.mail_from)},"rcpt_to":`),
   ];
   const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
 
@@ -152,7 +152,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   const bodies = input.deliveries.map(({ key, to, plusTag, secret }): DeliveryBody => {
     const toJson = encoder.encode(json([...to]));
     const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
-    const body = assemble([head, toJson, ...shared, plusTagJson, tail]);
+    const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, plusTagJson, tail]);
     const headers = deliveryHeaders({
       webhookId: key,
       timestampSeconds,
@@ -282,6 +282,7 @@ function json(value: unknown): string {
 }
 
 const EMPTY = new Uint8Array(0);
+const CLOSE_OBJECT = encoder.encode('}');
 
 const CLOSE_STRING_AND_OBJECT = encoder.encode('"}');
 // a multiple of 3, so every slice's base64 ends without padding and the slices join seamlessly

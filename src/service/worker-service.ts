@@ -9,11 +9,14 @@ import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import type { Store } from '../store/mongo.ts';
+import { bumpRoutingVersion } from '../store/routing-version.ts';
+import type { PrimaryLink } from './primary-link.ts';
 
 export interface WorkerService {
   httpPort: number;
@@ -27,6 +30,8 @@ export interface WorkerServiceDeps {
   config: Config;
   store: Store;
   logger: Logger;
+  /** the link to the cluster primary; absent when the service runs alone (in a test process) */
+  link?: PrimaryLink;
 }
 
 /** Parse threads per worker: the cores shared among the workers, at least one each. */
@@ -55,8 +60,20 @@ export async function prepareWorkerService({
   config,
   store,
   logger,
+  link,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
+  link?.onInvalidate(() => directory.invalidate());
+  // Before the API answers a change of domains or routes: other instances are told through the
+  // change counter (they poll it), this process drops its snapshot, and through the primary every
+  // other worker of this instance does too and acknowledges it.
+  const routingChanged = async () => {
+    await bumpRoutingVersion(store).catch((err: unknown) =>
+      logger.warn({ err }, 'routing change counter not written: other instances see the change within 2 s'),
+    );
+    directory.invalidate();
+    await link?.routingChanged();
+  };
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
@@ -74,7 +91,14 @@ export async function prepareWorkerService({
     leaseMs: config.leaseTime,
     logger,
   });
-  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
+  const app = await buildApp({
+    store,
+    config,
+    logger,
+    replay: (id) => actors.replay(id),
+    routingChanged,
+    ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
+  });
   const smtp = createSmtpServer({ config, store, directory, actors, logger });
 
   let listening = false;
@@ -83,6 +107,9 @@ export async function prepareWorkerService({
     smtpPort: 0,
     actors,
     async listen() {
+      // a standby's snapshot may predate other instances' changes
+      directory.invalidate();
+      directory.watch();
       await app.listen({ host: config.httpHost, port: config.httpPort });
       await new Promise<void>((resolve, reject) => {
         smtp.once('error', reject);
@@ -104,11 +131,23 @@ export async function prepareWorkerService({
   let stopping: Promise<void> | undefined;
   function stop(): Promise<void> {
     stopping ??= (async () => {
+      // what the shutdown waits for, when it waits: said before it waits
+      if (smtp.connections.size > 0 || actors.size > 0) {
+        logger.info(
+          {
+            event: EVENTS.serviceWaiting,
+            smtp_sessions: smtp.connections.size,
+            messages_in_flight: actors.size,
+          },
+          'waiting for SMTP sessions and deliveries in flight',
+        );
+      }
       // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
       const smtpClosed = listening ? closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS) : Promise.resolve();
       await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
       await smtpClosed;
       await app.close();
+      directory.stop();
       await pool.close();
       await client.close();
     })();

@@ -38,6 +38,20 @@ export function routesOfDomains(store: Store, domains: readonly string[]): Promi
     .toArray();
 }
 
+/** The route of `domain` with one of these (normalised) patterns, if there is one. */
+export async function findRouteByPattern(
+  store: Store,
+  domain: string,
+  recipientPatterns: readonly string[],
+): Promise<RouteDoc | null> {
+  for (const recipient_pattern of recipientPatterns) {
+    // one equality query each: FerretDB evaluates $in in memory
+    const found = await store.routes.findOne({ domain, recipient_pattern });
+    if (found) return found;
+  }
+  return null;
+}
+
 export async function deleteRoute(store: Store, id: string): Promise<boolean> {
   if (!isId('r', id)) return false;
   const result = await store.routes.deleteOne({ _id: id });

@@ -84,6 +84,19 @@ test('TLS cert and key go together', (t) => {
   if (!result.ok) t.regex(result.problems.join('\n'), /SMTP_TLS_CERT and SMTP_TLS_KEY/);
 });
 
+test('TRUST_PROXY takes addresses and CIDR ranges, and refuses anything else', (t) => {
+  const result = loadConfig([], { TRUST_PROXY: '10.0.0.1, 192.168.0.0/16,fd00::/8' });
+  if (!result.ok) return t.fail(result.problems.join('; '));
+  t.deepEqual(result.config.trustProxy, ['10.0.0.1', '192.168.0.0/16', 'fd00::/8']);
+  const none = loadConfig([], {});
+  t.true(none.ok && none.config.trustProxy.length === 0);
+  for (const bad of ['proxy.example', '10.0.0.1/33', '10.0.0.1/8/1', 'loopback']) {
+    const refused = loadConfig(['--trust-proxy', bad], {});
+    t.false(refused.ok, bad);
+    if (!refused.ok) t.regex(refused.problems.join('\n'), /--trust-proxy/);
+  }
+});
+
 test("README's configuration table is exactly the schema's", (t) => {
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   t.true(
