@@ -13,7 +13,9 @@ import Fastify, {
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Logger } from '../log/logger.ts';
+import type { Parser } from '../parse/pool.ts';
 import type { Store } from '../store/mongo.ts';
+import { attachmentRoutes } from './attachments.ts';
 import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
@@ -33,6 +35,9 @@ export interface AppDeps {
   authFailureLimit?: FailureLimit;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
+  /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
+  pool?: Pick<Parser, 'attachment'>;
+  urlKey?: string;
 }
 
 // Bodies are validated strictly (no type coercion, no silently dropped fields: an unknown field
@@ -99,6 +104,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(domainRoutes, { store: deps.store });
   await app.register(routeRoutes, { store: deps.store });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
   return app;
 }
 

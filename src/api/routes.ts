@@ -14,6 +14,7 @@ export interface RouteView {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: true;
   created_at: string;
 }
 
@@ -24,6 +25,7 @@ export function toRouteView(doc: RouteDoc): RouteView {
     recipient_pattern: doc.recipient_pattern,
     webhook_url: doc.webhook_url,
     ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    ...(doc.dmarc_reject ? { dmarc_reject: true as const } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -57,6 +59,7 @@ interface CreateRouteBody {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: boolean;
 }
 
 export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
@@ -75,6 +78,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
             recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
             webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
             webhook_secret: { type: 'string', maxLength: 1024 },
+            dmarc_reject: { type: 'boolean' },
           },
         },
       },
@@ -117,6 +121,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         scope: pattern.value.scope,
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+        ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
       });
       return reply.code(201).send(toRouteView(doc));
     },

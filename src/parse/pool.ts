@@ -3,7 +3,8 @@
 // runs in piscina workers with a bounded queue and a heap limit sized for the largest message.
 // Infrastructure failures come back as results, never as rejections.
 import { Piscina } from 'piscina';
-import type { ParseInput, ParseOutput } from './payload.ts';
+import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
+import type { AuthRequest, StoredAuth } from './sender-auth.ts';
 
 export interface ParsePoolOptions {
   threads: number;
@@ -21,9 +22,15 @@ export interface ParsePoolOptions {
 // a thread started on demand stays this long after its last task
 const ON_DEMAND_IDLE_MS = 10 * 60_000;
 
-export type PoolParseOutput =
-  | ParseOutput
-  | { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
+export type PoolFailure = { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
+export type PoolParseOutput = ParseOutput | PoolFailure;
+
+/** The tasks of the parse thread (workers/parse-thread.ts), by piscina `name`. */
+interface Tasks {
+  default: { input: ParseInput; output: ParseOutput };
+  authenticate: { input: { raw: Uint8Array; check: AuthRequest }; output: StoredAuth };
+  attachment: { input: { raw: Uint8Array; index: number }; output: AttachmentOutput };
+}
 
 const WORKER_URL = new URL('../../workers/parse-thread.ts', import.meta.url).href;
 
@@ -47,7 +54,7 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 ]);
 
 export class ParsePool implements Parser {
-  #pool: Piscina<ParseInput, ParseOutput>;
+  #pool: Piscina;
   #closed: Promise<void> | null = null;
   /** tasks handed to piscina and not finished: at most its threads plus its queue */
   #admitted = 0;
@@ -63,7 +70,7 @@ export class ParsePool implements Parser {
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
     this.#capacity = threads + maxQueue;
-    this.#pool = new Piscina<ParseInput, ParseOutput>({
+    this.#pool = new Piscina({
       filename: WORKER_URL,
       minThreads: options.onDemand ? 0 : threads,
       maxThreads: threads,
@@ -87,23 +94,46 @@ export class ParsePool implements Parser {
    * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
    * When threads and queue are full, the call waits for a place (messages are not failed for load).
    */
-  async parse(input: ParseInput): Promise<PoolParseOutput> {
+  parse(input: ParseInput): Promise<PoolParseOutput> {
+    return this.run('default', input);
+  }
+
+  /** Sender authentication alone (SMTP's DMARC policy check); takes ownership of `raw` as parse does. */
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure> {
+    return this.run('authenticate', { raw, check });
+  }
+
+  /** The decoded bytes of attachment `index` of a raw message; takes ownership of `raw`. */
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure> {
+    return this.run('attachment', { raw, index });
+  }
+
+  private async run<N extends keyof Tasks>(
+    name: N,
+    input: Tasks[N]['input'],
+  ): Promise<Tasks[N]['output'] | PoolFailure> {
     while (this.#closed === null && this.#admitted >= this.#capacity)
       await new Promise<void>((resolve) => this.#waiting.push(resolve));
     if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
     this.#admitted++;
     try {
-      return await this.#run(input);
+      return await this.#run(name, input);
     } finally {
       this.#admitted--;
       this.#waiting.shift()?.();
     }
   }
 
-  async #run(input: ParseInput): Promise<PoolParseOutput> {
+  async #run<N extends keyof Tasks>(
+    name: N,
+    input: Tasks[N]['input'],
+  ): Promise<Tasks[N]['output'] | PoolFailure> {
     const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
     try {
-      return await this.#pool.run({ ...input, raw }, { transferList: [raw.buffer] });
+      return (await this.#pool.run(
+        { ...input, raw },
+        { name, transferList: [raw.buffer] },
+      )) as Tasks[N]['output'];
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // queued tasks that close() abandons end here too: the pool went away, the message did not fail
@@ -130,7 +160,7 @@ function ownsWholeBuffer(bytes: Uint8Array): bytes is Uint8Array<ArrayBuffer> {
   );
 }
 
-function failure(code: 'pool_unavailable' | 'worker_crashed', message: string): PoolParseOutput {
+function failure(code: 'pool_unavailable' | 'worker_crashed', message: string): PoolFailure {
   return { ok: false, code, message };
 }
 
@@ -153,6 +183,8 @@ export interface ParseLanesOptions {
 /** What actors parse with: one pool, or lanes of pools. */
 export interface Parser {
   parse(input: ParseInput): Promise<PoolParseOutput>;
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure>;
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure>;
   close(): Promise<void>;
 }
 
@@ -188,7 +220,19 @@ export class ParseLanes implements Parser {
   }
 
   parse(input: ParseInput): Promise<PoolParseOutput> {
-    return (input.raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small).parse(input);
+    return this.#lane(input.raw).parse(input);
+  }
+
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure> {
+    return this.#lane(raw).authenticate(raw, check);
+  }
+
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure> {
+    return this.#lane(raw).attachment(raw, index);
+  }
+
+  #lane(raw: Uint8Array): ParsePool {
+    return raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small;
   }
 
   async close(): Promise<void> {

@@ -13,7 +13,11 @@ import type { Logger } from '../log/logger.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
+import { serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
+
+/** The name of the attachment URLs' HMAC key in the `keys` collection. */
+const ATTACHMENT_URL_KEY = 'attachment-url';
 
 export interface WorkerService {
   httpPort: number;
@@ -57,6 +61,8 @@ export async function prepareWorkerService({
   logger,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
+  // one key for every process on this database, so any worker verifies any worker's URLs
+  const urlKey = await serviceKey(store, ATTACHMENT_URL_KEY);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
@@ -73,9 +79,28 @@ export async function prepareWorkerService({
     retryDelays: config.retryDelays,
     leaseMs: config.leaseTime,
     logger,
+    payload: {
+      dnsServers: config.dnsServers,
+      authBudgetMs: config.authDnsBudget,
+      inlineMax: config.maxInlineAttachment,
+      bodyMax: config.maxWebhookBody,
+      links: () => ({
+        // the default: this machine, on the port the API listens on (known once it does)
+        publicUrl: config.publicUrl || `http://127.0.0.1:${service.httpPort}`,
+        key: urlKey,
+        ttlMs: config.attachmentUrlTtl,
+      }),
+    },
   });
-  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
-  const smtp = createSmtpServer({ config, store, directory, actors, logger });
+  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id), pool, urlKey });
+  const smtp = createSmtpServer({
+    config,
+    store,
+    directory,
+    actors,
+    logger,
+    auth: { pool, dnsServers: config.dnsServers, budgetMs: config.authDnsBudget },
+  });
 
   let listening = false;
   const service: PreparedWorkerService = {

@@ -32,13 +32,15 @@ export function testDomains(): TestSigner {
   return {
     zone,
     async sign(message, domain) {
+      const signature = { signingDomain: domain, selector: SELECTOR, privateKey: pem };
+      // the signer reads signatureData (the typings ask for the fields at the top level too)
       const signed = await dkimSign(message, {
         canonicalization: 'relaxed/relaxed',
-        signingDomain: domain,
-        selector: SELECTOR,
-        privateKey: pem,
+        ...signature,
+        signatureData: [signature],
       });
       if (signed.errors.length > 0) throw new Error(`signing failed: ${JSON.stringify(signed.errors)}`);
+      if (!signed.signatures) throw new Error('signing produced no signature');
       return signed.signatures + message;
     },
   };

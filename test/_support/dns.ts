@@ -27,7 +27,13 @@ function characterStrings(text: string): string[] {
   return parts;
 }
 
-export async function startDnsServer(zone: Zone): Promise<TestDnsServer> {
+export interface DnsServerOptions {
+  /** names under these domains get no answer at all (a server that is down, for them) */
+  silent?: readonly string[];
+}
+
+/** Serves `zone` as it is at each query: a test may change it while the server runs. */
+export async function startDnsServer(zone: Zone, options: DnsServerOptions = {}): Promise<TestDnsServer> {
   const queries: string[] = [];
   const server = dns2.createServer({
     udp: true,
@@ -36,6 +42,7 @@ export async function startDnsServer(zone: Zone): Promise<TestDnsServer> {
       const [question] = request.questions;
       const name = (question?.name ?? '').toLowerCase().replace(/\.$/, '');
       queries.push(name);
+      if (options.silent?.some((domain) => name === domain || name.endsWith(`.${domain}`))) return;
       const records = zone[name];
       if (!records) {
         response.header.rcode = Packet.RCODE.NXDOMAIN;
