@@ -17,6 +17,11 @@ export interface ParsePoolOptions {
    * minutes; default false
    */
   onDemand?: boolean;
+  /**
+   * tasks one thread runs at once (they interleave while they wait, for DNS: sender
+   * authentication); default 1. The heap limit is not raised for it: only for small messages.
+   */
+  tasksPerThread?: number;
 }
 
 // a thread started on demand stays this long after its last task
@@ -69,11 +74,13 @@ export class ParsePool implements Parser {
       'maxMessageBytes',
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
-    this.#capacity = threads + maxQueue;
+    const tasksPerThread = positiveInteger('tasksPerThread', options.tasksPerThread ?? 1);
+    this.#capacity = threads * tasksPerThread + maxQueue;
     this.#pool = new Piscina({
       filename: WORKER_URL,
       minThreads: options.onDemand ? 0 : threads,
       maxThreads: threads,
+      concurrentTasksPerWorker: tasksPerThread,
       ...(options.onDemand ? { idleTimeout: ON_DEMAND_IDLE_MS } : {}),
       maxQueue,
       resourceLimits: {
@@ -108,6 +115,7 @@ export class ParsePool implements Parser {
     return this.run('attachment', { raw, index });
   }
 
+  /** Waits for a place (threads and queue full is back-pressure, never a failure), then runs. */
   private async run<N extends keyof Tasks>(
     name: N,
     input: Tasks[N]['input'],
@@ -189,6 +197,8 @@ export interface Parser {
 }
 
 const DEFAULT_LARGE_FROM_BYTES = 256 * 1024;
+/** small-lane tasks one thread interleaves (see ParseLanes) */
+const SMALL_TASKS_PER_THREAD = 8;
 
 /**
  * Small messages and large ones parse on threads of their own. A message with megabytes of
@@ -207,16 +217,20 @@ export class ParseLanes implements Parser {
       options.largeFromBytes ?? DEFAULT_LARGE_FROM_BYTES,
     );
     // the same heap limit in both: a small message can still expand (10,000 parts) in a parse
-    const pool = (onDemand: boolean): ParsePool =>
+    const pool = (onDemand: boolean, tasksPerThread: number): ParsePool =>
       new ParsePool({
         threads: options.threads,
         onDemand,
+        tasksPerThread,
         ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
       });
-    this.#small = pool(false);
+    // A parse waits for sender authentication's DNS answers (up to AUTH_DNS_BUDGET when a server
+    // is silent): small messages share a thread while they wait, so a DNS outage does not cut the
+    // rate to one message per budget. Large ones do not (the heap is sized for one at a time).
+    this.#small = pool(false, SMALL_TASKS_PER_THREAD);
     // on demand: a process starting (a standby replacing a killed worker, on busy cores) boots one
     // parse thread, as before the lanes; the first large message pays the second one's start
-    this.#large = pool(true);
+    this.#large = pool(true, 1);
   }
 
   parse(input: ParseInput): Promise<PoolParseOutput> {

@@ -56,6 +56,14 @@ export interface SmtpDeps {
   auth?: SmtpAuthCheck;
 }
 
+/** The client as SPF sees it: an IPv4 address as such, not IPv4-mapped IPv6 (a dual-stack listener). */
+function clientOf(session: SMTPServerSession): { ip: string; helo: string } {
+  return {
+    ip: session.remoteAddress.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, ''),
+    helo: session.hostNameAppearsAs ?? '',
+  };
+}
+
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
 }
@@ -92,7 +100,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       domains: [...new Set(rcptTo.map(domainOf))],
       size: whole.length,
       raw_id: rawId,
-      client: { ip: session.remoteAddress, helo: session.hostNameAppearsAs ?? '' },
+      client: clientOf(session),
       ...(auth ? { auth } : {}),
       // stored, then placed in this process's queue: both states hold once the insert is durable
       history: [
@@ -126,11 +134,11 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     if (!routes.some((found) => found?.route.dmarc_reject)) return undefined;
     // a copy: the pool takes its input over, and these bytes are still to be stored and parsed
     const outcome = await check.pool.authenticate(new Uint8Array(whole), {
-      ip: session.remoteAddress,
-      helo: session.hostNameAppearsAs ?? '',
+      ...clientOf(session),
       mailFrom: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
       dnsServers: check.dnsServers,
-      budgetMs: check.budgetMs,
+      // within the time storing may take, so that a slow DNS never turns into a 451
+      budgetMs: Math.min(check.budgetMs, STORE_DEADLINE_MS / 2),
     });
     // the pool failed, not the message: accept, and let the parse check it as usual
     if ('ok' in outcome) return undefined;
