@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { Housekeeping } from '../src/store/housekeeping.ts';
 import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
@@ -38,9 +39,16 @@ if (database.source !== 'configured') {
   );
 }
 
+// the primary keeps a connection for the history's upkeep (retention, moving records of the
+// earlier layout): one process does it, in the background
 try {
   const store = await openStore({ uri: database.uri, ensureIndexes: true });
-  await store.close();
+  new Housekeeping({
+    store,
+    logger,
+    recordRetentionMs: config.recordRetention,
+    rawRetentionMs: config.rawRetention,
+  }).start();
 } catch (err) {
   process.stderr.write(`cannot use the database at MONGODB_URI: ${(err as Error).message}\n`);
   await database.server?.stop();

@@ -12,6 +12,7 @@ import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
+import { archiveAsOwner, isArchivable } from '../store/history.ts';
 import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
 import { writeAsOwner } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
@@ -155,7 +156,7 @@ export class MessageActor {
         this.log.error({ event: EVENTS.deliveryDeadLettered, reason: 'poison' }, 'message crashes its owner');
         return;
       }
-      if (this.doc.state === 'queued' && !raw && !(await rawExists(this.deps.store, this.doc.raw_id))) {
+      if (this.doc.state === 'queued' && !raw && !(await rawExists(this.deps.store, this.doc))) {
         // the acceptance timed out (451) and removed the bytes, but the record's insert landed
         // after all: the sender was told to try again, so there is nothing here to deliver
         await this.persist({
@@ -218,12 +219,25 @@ export class MessageActor {
       if (change.attempts?.length) push.attempts = { $each: change.attempts };
       if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
       this.deferred = undefined;
+      const after = applyChange(this.doc, own);
+      if (isArchivable(after)) {
+        // final: the record moves to its history partition, and the working set forgets it
+        const version = this.owner.version + 1;
+        if (!(await archiveAsOwner(this.deps.store, this.owner, { ...after, version }))) {
+          this.lost = true;
+          throw new OwnershipLost();
+        }
+        this.owner = { ...this.owner, version };
+        this.doc = { ...after, version };
+        return;
+      }
       const version = await writeAsOwner(this.deps.store, this.owner, update);
       if (version === undefined) {
         this.lost = true;
         throw new OwnershipLost();
       }
       this.owner = { ...this.owner, version };
+      // from the document as it is now: a change deferred while this write was in flight stays
       this.doc = { ...applyChange(this.doc, own), version };
     });
     this.writes = write.catch(() => {});
@@ -248,7 +262,7 @@ export class MessageActor {
     const output = await this.parse(raw, pending);
     const at = new Date();
     if (!output.ok) {
-      if (output.code === 'unparseable') {
+      if (output.code === 'unparseable' || output.code === 'raw_missing') {
         await this.persist({
           set: { state: next('queued', 'parse_failed'), error: storable(output.message) },
           unset: ['due_at', 'lease_owner'],
@@ -338,7 +352,8 @@ export class MessageActor {
   }
 
   private async parse(raw: Uint8Array | undefined, deliveries: readonly DeliveryDoc[]) {
-    const bytes = raw ?? (await readRaw(this.deps.store, this.doc.raw_id));
+    const bytes = raw ?? (await readRaw(this.deps.store, this.doc));
+    if (!bytes) return { ok: false as const, code: 'raw_missing' as const, message: 'raw message missing' };
     const specs = await Promise.all(
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);

@@ -1,5 +1,6 @@
 // The Fastify application: authentication, the resources, the public endpoints and the single
 // error handler. Built from a store and the config; listening is the caller's business.
+
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { Ajv } from 'ajv';
@@ -10,6 +11,7 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
+import type { ReplayOutcome } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Logger } from '../log/logger.ts';
@@ -34,7 +36,7 @@ export interface AppDeps {
   /** failed authentications allowed per client address; default 20 a minute */
   authFailureLimit?: FailureLimit;
   /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
+  replay?: (id: string) => Promise<ReplayOutcome>;
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;

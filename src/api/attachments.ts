@@ -1,15 +1,16 @@
 // GET /messages/{id}/attachments/{n}: an attachment a payload sent by URL instead of inline. No API
 // key: the URL carries its own authority (an HMAC signature and an expiry, src/deliver/
 // attachment-url.ts); a changed or expired URL is 403. The bytes come from the stored raw message,
-// parsed again in the parse pool, and are streamed out; raw bytes removed by retention are 410.
+// parsed again in the parse pool, and are streamed out; raw bytes removed by retention are 410
+// `raw_expired`, as for GET /messages/{id}/raw.
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
 import { checkAttachmentUrl } from '../deliver/attachment-url.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Parser } from '../parse/pool.ts';
-import { getMessage } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
-import { rawExists, readRaw } from '../store/raw.ts';
+import { readRaw } from '../store/raw.ts';
+import { getMessage } from '../store/reads.ts';
 
 /** The path of the URL: isPublic (auth.ts) lets it through without the API key. */
 export const ATTACHMENT_PATH = /^\/messages\/[^/?]+\/attachments\/\d+$/;
@@ -57,14 +58,15 @@ export const attachmentRoutes: FastifyPluginAsync<Options> = async (app, { store
       const verdict = checkAttachmentUrl(urlKey, id, index, request.query.expires, request.query.signature);
       if (verdict === 'invalid') throw new ServiceError('forbidden', 'the URL signature does not match');
       if (verdict === 'expired') throw new ServiceError('forbidden', 'the URL has expired');
+      // a signed URL names a message we had: without its record (RECORD_RETENTION) or its raw bytes
+      // (RAW_RETENTION), the attachment is gone
       const doc = await getMessage(store, id);
-      if (!doc) throw new ServiceError('gone', `message ${id} is no longer stored`);
-      const raw = await readRaw(store, doc.raw_id).catch(async (err: unknown) => {
-        // removed by retention (or never completely stored): gone; anything else is the database's
-        if (!(await rawExists(store, doc.raw_id)))
-          throw new ServiceError('gone', `the original of message ${id} is no longer stored`);
-        throw err;
-      });
+      const raw = doc ? await readRaw(store, doc) : undefined;
+      if (!raw)
+        throw new ServiceError(
+          'raw_expired',
+          `the raw bytes of message ${id} are no longer kept (RAW_RETENTION): the attachment is gone`,
+        );
       const found = await pool.attachment(raw, index);
       if (!found.ok) {
         if (found.code === 'not_found') throw new ServiceError('not_found', found.message);

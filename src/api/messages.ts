@@ -2,10 +2,13 @@
 // dead-lettered messages; the stored original.
 import type { FastifyPluginAsync } from 'fastify';
 import { STATES } from '../actor/machine.ts';
+import type { ReplayOutcome } from '../actor/system.ts';
 import { ServiceError } from '../errors/catalog.ts';
-import { getMessage, listMessages, type MessageDoc, type MessageQuery } from '../store/messages.ts';
+import { isId } from '../store/ids.ts';
+import type { MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawStream } from '../store/raw.ts';
+import { getMessage, listMessages, type MessageQuery } from '../store/reads.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
@@ -64,7 +67,7 @@ export function toMessageDetail(doc: MessageDoc) {
 
 interface Options {
   store: Store;
-  replay?: ((id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>) | undefined;
+  replay?: ((id: string) => Promise<ReplayOutcome>) | undefined;
 }
 
 export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, replay }) => {
@@ -80,12 +83,13 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
             offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
             state: { type: 'string', enum: [...STATES] },
             domain: { type: 'string', minLength: 1, maxLength: 253, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
+            before: { type: 'string', minLength: 1, maxLength: 64 },
           },
         },
       },
     },
-    async (request) => {
-      const { limit, offset, state, domain } = request.query;
+    async (request, reply) => {
+      const { limit, offset, state, domain, before } = request.query;
       // coercion turns "Infinity" or "1e309" into a number the range checks let through
       if (!Number.isSafeInteger(limit) || !Number.isSafeInteger(offset)) {
         throw new ServiceError('invalid_query', 'limit and offset must be whole numbers');
@@ -93,7 +97,19 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
       const query: MessageQuery = { limit, offset };
       if (state) query.state = state;
       if (domain) query.domain = domain.toLowerCase();
-      return (await listMessages(store, query)).map(toMessageView);
+      if (before !== undefined) {
+        if (!isId('m', before)) throw new ServiceError('invalid_query', 'before must be a message id');
+        query.before = before;
+      }
+      const page = await listMessages(store, query);
+      // the next page by keyset (cheap at any depth): the same query, before the last id of this one
+      if (page.length === limit) {
+        const next = new URLSearchParams(request.query as unknown as Record<string, string>);
+        next.delete('offset');
+        next.set('before', page[page.length - 1]!._id);
+        reply.header('link', `</messages?${next}>; rel="next"`);
+      }
+      return page.map(toMessageView);
     },
   );
 
@@ -106,7 +122,13 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
   app.get<{ Params: { id: string } }>('/messages/:id/raw', async (request, reply) => {
     const doc = await getMessage(store, request.params.id);
     if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
-    return reply.type('message/rfc822').send(await openRawStream(store, doc.raw_id));
+    const raw = await openRawStream(store, doc);
+    if (!raw)
+      throw new ServiceError(
+        'raw_expired',
+        `the raw bytes of message ${doc._id} are no longer kept (RAW_RETENTION); its record remains`,
+      );
+    return reply.type('message/rfc822').send(raw);
   });
 
   app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {
@@ -114,6 +136,11 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
     const outcome = await replay(request.params.id);
     if (outcome === 'not_found')
       throw new ServiceError('not_found', `message ${request.params.id} not found`);
+    if (outcome === 'raw_expired')
+      throw new ServiceError(
+        'raw_expired',
+        'its raw bytes are no longer kept (RAW_RETENTION): it cannot be parsed again',
+      );
     if (outcome === 'invalid_state') {
       throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
     }

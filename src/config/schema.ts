@@ -48,7 +48,7 @@ function integer(min: number, max: number) {
 function duration(minMs: number, maxMs: number) {
   return (value: string): Parsed<number> => {
     const ms = parseDuration(value);
-    if (ms === undefined) return bad('must be a duration such as 500ms, 30s, 5m or 1h');
+    if (ms === undefined) return bad('must be a duration such as 500ms, 30s, 5m, 1h or 7d');
     if (ms < minMs || ms > maxMs)
       return bad(`must be between ${formatDuration(minMs)} and ${formatDuration(maxMs)}`);
     return ok(ms);
@@ -237,6 +237,24 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 10 * 60_000,
     parse: duration(100, 24 * 3_600_000),
   } satisfies Setting<number>,
+  recordRetention: {
+    env: 'RECORD_RETENTION',
+    flag: 'record-retention',
+    defaultText: '30d',
+    description:
+      'How long records of delivered and dead-lettered messages are kept (whole hours of history are dropped once past it)',
+    defaultValue: () => 30 * 86_400_000,
+    parse: duration(3_600_000, 3650 * 86_400_000),
+  } satisfies Setting<number>,
+  rawRetention: {
+    env: 'RAW_RETENTION',
+    flag: 'raw-retention',
+    defaultText: '7d',
+    description:
+      'How long the raw bytes of messages are kept; after it the record stays and GET /messages/{id}/raw answers 410',
+    defaultValue: () => 7 * 86_400_000,
+    parse: duration(3_600_000, 3650 * 86_400_000),
+  } satisfies Setting<number>,
   leaseTime: {
     env: 'LEASE_TIME',
     flag: 'lease-time',
@@ -373,6 +391,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   }
   if (Boolean(config.smtpTlsCert) !== Boolean(config.smtpTlsKey))
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY: set both or neither');
+  if ((config.rawRetention as number) > (config.recordRetention as number))
+    problems.push('RAW_RETENTION: must not be longer than RECORD_RETENTION (raw bytes without their record)');
 
   if (problems.length > 0) return { ok: false, problems };
   return { ok: true, config: Object.freeze(config) as Config };

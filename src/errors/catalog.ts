@@ -23,7 +23,7 @@ export const ERRORS = Object.freeze({
   not_found: { http: 404, retryable: false },
   domain_exists: { http: 409, retryable: false },
   invalid_state: { http: 409, retryable: false },
-  gone: { http: 410, retryable: false },
+  raw_expired: { http: 410, retryable: false },
   payload_too_large: { http: 413, retryable: false },
   unsupported_media_type: { http: 415, retryable: false },
   service_unavailable: { http: 503, retryable: true },

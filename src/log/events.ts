@@ -19,4 +19,6 @@ export const EVENTS = Object.freeze({
   deliveryFailed: 'delivery.failed',
   deliveryDeadLettered: 'delivery.dlq',
   leaseTakenOver: 'lease.taken_over',
+  housekeepingDone: 'housekeeping.done',
+  housekeepingFailed: 'housekeeping.failed',
 } as const);

@@ -1,6 +1,6 @@
 // The inbound MX: smtp-server set up for receiving (no AUTH, no relaying), recipients checked
-// against the domains and routes at RCPT time, and the receive path: the exact bytes to GridFS
-// and the message record to MongoDB, both durable, before the 250. Any storage failure is 451, so
+// against the domains and routes at RCPT time, and the receive path: the exact bytes (raw.ts) and
+// the message record (the working set), both durable, before the 250. Any storage failure is 451, so
 // the sending MTA tries again later: an outage never turns into bounces.
 import { readFileSync } from 'node:fs';
 import {
@@ -84,7 +84,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     session: SMTPServerSession,
     auth: StoredAuth | undefined,
   ): Promise<MessageDoc> {
-    const rawId = await upload.finish(whole);
+    await upload.finish(whole);
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
@@ -99,7 +99,6 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
       domains: [...new Set(rcptTo.map(domainOf))],
       size: whole.length,
-      raw_id: rawId,
       client: clientOf(session),
       ...(auth ? { auth } : {}),
       // stored, then placed in this process's queue: both states hold once the insert is durable

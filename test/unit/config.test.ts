@@ -37,9 +37,23 @@ const durations: Array<[string, number | undefined]> = [
   ['30', undefined],
   ['s', undefined],
   ['-1s', undefined],
-  ['1d', undefined],
+  ['7d', 7 * 86_400_000],
+  ['1w', undefined],
 ];
 for (const [text, ms] of durations) test(`duration ${text}`, (t) => t.is(parseDuration(text), ms));
+
+test('RAW_RETENTION longer than RECORD_RETENTION is refused: raw bytes without their record', (t) => {
+  const result = loadConfig([], { RAW_RETENTION: '40d', RECORD_RETENTION: '30d' });
+  t.false(result.ok);
+  if (!result.ok)
+    t.regex(result.problems.join('\n'), /RAW_RETENTION: must not be longer than RECORD_RETENTION/);
+  const defaults = loadConfig([], {});
+  t.true(
+    defaults.ok &&
+      defaults.config.recordRetention === 30 * 86_400_000 &&
+      defaults.config.rawRetention === 7 * 86_400_000,
+  );
+});
 
 const sizes: Array<[string, number | undefined]> = [
   ['25MB', 25 * 1024 * 1024],
