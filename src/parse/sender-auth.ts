@@ -100,24 +100,24 @@ export async function authenticateMessage(raw: Buffer, request: AuthRequest): Pr
     return {
       results: {
         spf: {
-          result: outcome.spf ? outcome.spf.status.result : 'none',
+          result: outcome.spf ? keyword(outcome.spf.status.result) : 'none',
           domain: outcome.spf ? outcome.spf.domain : domainOf(request.mailFrom || request.helo),
         },
         // an unsigned message has one placeholder row (dkim=none) with no signature: the list is empty
         dkim: outcome.dkim.results
           .filter((row) => row.signingDomain !== undefined)
           .map((row) => ({
-            result: row.status.result,
+            result: keyword(row.status.result),
             domain: row.signingDomain ?? '',
             selector: row.selector ?? '',
           })),
         dmarc: {
-          result: dmarc ? dmarc.status.result : 'none',
+          result: dmarc ? keyword(dmarc.status.result) : 'none',
           // the policy the sender's domain asks for (p=, or sp= for a subdomain); none without a record
           policy: dmarc?.policy || dmarc?.p || 'none',
           domain: dmarc?.domain || '',
         },
-        arc: { result: outcome.arc ? outcome.arc.status.result : 'none' },
+        arc: { result: outcome.arc ? keyword(outcome.arc.status.result) : 'none' },
       },
       header: headerValue(outcome.headers),
     };
@@ -130,6 +130,25 @@ export async function authenticateMessage(raw: Buffer, request: AuthRequest): Pr
   } finally {
     dns.cancel();
   }
+}
+
+// the RFC 8601 result keywords the payload documents (openapi.yaml AuthResult)
+const KEYWORDS: ReadonlySet<string> = new Set([
+  'pass',
+  'fail',
+  'softfail',
+  'neutral',
+  'none',
+  'temperror',
+  'permerror',
+  'policy',
+]);
+
+/** mailauth's result as a documented keyword: its deprecated `temperr` is temperror, anything
+ * else unexpected permerror (a result the receiver cannot rely on). */
+function keyword(result: string): string {
+  if (result === 'temperr') return 'temperror';
+  return KEYWORDS.has(result) ? result : 'permerror';
 }
 
 /** The value of the Authentication-Results line mailauth prepared, unfolded. */

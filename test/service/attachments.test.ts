@@ -134,6 +134,15 @@ test.serial('a changed URL is 403: signature, attachment number, expiry', async 
   }
   const unsigned = await api.get<{ error: string }>(url.pathname);
   t.is(unsigned.status, 400);
+  // malformed rather than changed: refused before any lookup
+  for (const path of [
+    `/messages/${id}/attachments/123456?expires=1&signature=x`,
+    `${url.pathname}?expires=1&signature=${'x'.repeat(100)}`,
+    `${url.pathname}${url.search}&extra=1`,
+  ]) {
+    t.is((await api.get(path)).status, 400, path);
+  }
+  t.is((await api.get(`/messages/m-x/attachments/0?expires=9999999999&signature=abc`)).status, 403);
 });
 
 test.serial('an expired URL is 403; after the original is removed, 410', async (t) => {
