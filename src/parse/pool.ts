@@ -61,7 +61,7 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 export class ParsePool implements Parser {
   #pool: Piscina;
   #closed: Promise<void> | null = null;
-  /** tasks handed to piscina and not finished: at most its threads plus its queue */
+  /** tasks handed to piscina and not finished: at most its threads × tasks per thread plus its queue */
   #admitted = 0;
   readonly #capacity: number;
   /** callers waiting for a place: a full queue is back-pressure, never a failed parse */
@@ -102,21 +102,21 @@ export class ParsePool implements Parser {
    * When threads and queue are full, the call waits for a place (messages are not failed for load).
    */
   parse(input: ParseInput): Promise<PoolParseOutput> {
-    return this.run('default', input);
+    return this.#submit('default', input);
   }
 
   /** Sender authentication alone (SMTP's DMARC policy check); takes ownership of `raw` as parse does. */
   authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure> {
-    return this.run('authenticate', { raw, check });
+    return this.#submit('authenticate', { raw, check });
   }
 
   /** The decoded bytes of attachment `index` of a raw message; takes ownership of `raw`. */
   attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure> {
-    return this.run('attachment', { raw, index });
+    return this.#submit('attachment', { raw, index });
   }
 
   /** Waits for a place (threads and queue full is back-pressure, never a failure), then runs. */
-  private async run<N extends keyof Tasks>(
+  async #submit<N extends keyof Tasks>(
     name: N,
     input: Tasks[N]['input'],
   ): Promise<Tasks[N]['output'] | PoolFailure> {

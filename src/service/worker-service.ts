@@ -13,11 +13,8 @@ import type { Logger } from '../log/logger.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
-import { serviceKey } from '../store/keys.ts';
+import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
-
-/** The name of the attachment URLs' HMAC key in the `keys` collection. */
-const ATTACHMENT_URL_KEY = 'attachment-url';
 
 export interface WorkerService {
   httpPort: number;
@@ -61,7 +58,8 @@ export async function prepareWorkerService({
   logger,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   const directory = new RouteDirectory(store);
-  // one key for every process on this database, so any worker verifies any worker's URLs
+  // one key for every process on this database, so any worker verifies any worker's URLs (the
+  // primary makes it at start; a worker run on its own makes it if need be)
   const urlKey = await serviceKey(store, ATTACHMENT_URL_KEY);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),

@@ -5,6 +5,9 @@ import { randomBytes } from 'node:crypto';
 import { isDuplicateKey } from './ids.ts';
 import type { Store } from './mongo.ts';
 
+/** The HMAC key of attachment URLs (src/deliver/attachment-url.ts). */
+export const ATTACHMENT_URL_KEY = 'attachment-url';
+
 interface KeyDoc {
   _id: string;
   /** base64 */

@@ -104,3 +104,16 @@ test('temperror: a DNS server that never answers, within the budget', async (t) 
   // bounded by the budget, not by the resolver's own retries (a generous margin for busy cores)
   t.true(Date.now() - started < 1500 + 10_000);
 });
+
+test('a header field folded 100,000 times is not given to mailauth (quadratic there): SPF only', async (t) => {
+  const folded = `X-Folded: start${'\r\n a'.repeat(100_000)}\r\n`;
+  const raw = Buffer.from(`From: a@pass.test\r\n${folded}Subject: x\r\n\r\nbody\r\n`);
+  const { results, header } = await authenticateMessage(raw, request('a@pass.test'));
+  t.deepEqual(results, {
+    spf: { result: 'pass', domain: 'pass.test' },
+    dkim: [],
+    dmarc: { result: 'permerror', policy: 'none', domain: '' },
+    arc: { result: 'permerror' },
+  });
+  t.regex(header, /spf=pass .*dkim=permerror \(a header field folded over more than 1000 lines/);
+});
