@@ -9,6 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { watchSqliteIds } from './local-sqlite-indexes.ts';
 
 export interface LocalServer {
   uri: string;
@@ -142,7 +143,7 @@ export const NO_SERVER_ADVICE =
   'No MongoDB-compatible server could be started. Set MONGODB_URI (or --mongodb-uri) to a MongoDB 7+ ' +
   'server, or install mongod, or build FerretDB with `bash scripts/install-ferretdb.sh`.';
 
-function findExecutable(name: string, extraDirs: string[] = []): string | undefined {
+export function findExecutable(name: string, extraDirs: string[] = []): string | undefined {
   const dirs = [...(process.env.PATH ?? '').split(path.delimiter), ...extraDirs];
   for (const dir of dirs) {
     if (!dir) continue;
@@ -286,7 +287,16 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       ],
       port,
     );
-    if (!postgres) return server;
+    if (!postgres) {
+      const indexes = watchSqliteIds(dir);
+      return {
+        ...server,
+        async stop() {
+          indexes.stop();
+          await server.stop();
+        },
+      };
+    }
     return {
       ...server,
       async stop() {
