@@ -290,7 +290,8 @@ export const SETTINGS = Object.freeze({
   publicUrl: {
     env: 'PUBLIC_URL',
     flag: 'public-url',
-    defaultText: 'empty (http://127.0.0.1:<the API port>: reachable from this machine only)',
+    defaultText:
+      'empty (http://<HTTP_HOST, 127.0.0.1 for 0.0.0.0>:<the API port>: not reachable from outside)',
     description:
       'How webhook receivers reach this service: the base of the attachment URLs in payloads (http or https, no query)',
     defaultValue: () => '',

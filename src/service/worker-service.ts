@@ -2,7 +2,7 @@
 // webhook client and the actors that drive each message. Importable, so tests can run it
 // in-process; workers/worker.ts is its thin entry.
 
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { SMTPServer } from 'smtp-server';
 import { ActorSystem } from '../actor/system.ts';
@@ -28,6 +28,15 @@ export interface WorkerServiceDeps {
   config: Config;
   store: Store;
   logger: Logger;
+}
+
+/**
+ * Without PUBLIC_URL: the API's own address and port (known once it listens), 127.0.0.1 for a
+ * wildcard address. Reachable from this machine, or the network HTTP_HOST is on; not from outside.
+ */
+export function defaultPublicUrl(httpHost: string, port: number): string {
+  const host = httpHost === '0.0.0.0' || httpHost === '::' || httpHost === '' ? '127.0.0.1' : httpHost;
+  return `http://${isIPv6(host) ? `[${host}]` : host}:${port}`;
 }
 
 /** Parse threads per worker: the cores shared among the workers, at least one each. */
@@ -83,8 +92,7 @@ export async function prepareWorkerService({
       inlineMax: config.maxInlineAttachment,
       bodyMax: config.maxWebhookBody,
       links: () => ({
-        // the default: this machine, on the port the API listens on (known once it does)
-        publicUrl: config.publicUrl || `http://127.0.0.1:${service.httpPort}`,
+        publicUrl: config.publicUrl || defaultPublicUrl(config.httpHost, service.httpPort),
         key: urlKey,
         ttlMs: config.attachmentUrlTtl,
       }),

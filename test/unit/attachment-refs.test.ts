@@ -2,6 +2,7 @@
 import test from 'ava';
 import { attachmentUrl, checkAttachmentUrl } from '../../src/deliver/attachment-url.ts';
 import { attachmentsByUrl } from '../../src/parse/payload.ts';
+import { defaultPublicUrl } from '../../src/service/worker-service.ts';
 
 const MB = 1024 * 1024;
 const b64 = (bytes: number) => Math.ceil(bytes / 3) * 4;
@@ -87,4 +88,12 @@ test('a URL verifies until it expires; any change to it does not', (t) => {
     checkAttachmentUrl(Buffer.alloc(32, 8).toString('base64'), 'm-1', 2, expires, signature, now),
     'invalid',
   );
+});
+
+test('without PUBLIC_URL the URLs use the API address, 127.0.0.1 for a wildcard', (t) => {
+  t.is(defaultPublicUrl('0.0.0.0', 8080), 'http://127.0.0.1:8080');
+  t.is(defaultPublicUrl('::', 8080), 'http://127.0.0.1:8080');
+  t.is(defaultPublicUrl('10.1.2.3', 80), 'http://10.1.2.3:80');
+  t.is(defaultPublicUrl('fd00::5', 8080), 'http://[fd00::5]:8080');
+  t.is(defaultPublicUrl('mail.internal', 8080), 'http://mail.internal:8080');
 });
