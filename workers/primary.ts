@@ -8,6 +8,7 @@ import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
 import { PrimaryBroker } from '../src/service/primary-link.ts';
 import { Housekeeping } from '../src/store/housekeeping.ts';
+import { ATTACHMENT_URL_KEY, serviceKey } from '../src/store/keys.ts';
 import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
@@ -106,6 +107,8 @@ if (database.source !== 'configured') {
 // earlier layout): one process does it, in the background
 try {
   const store = await openStore({ uri: database.uri, ensureIndexes: true });
+  // made once here, like the indexes: the workers only read it
+  await serviceKey(store, ATTACHMENT_URL_KEY);
   new Housekeeping({
     store,
     logger,

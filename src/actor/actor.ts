@@ -4,11 +4,13 @@
 // then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
 // the scheduler of any process picks it up again when it is due.
 import type { UpdateFilter } from 'mongodb';
+import type { AttachmentLinks } from '../deliver/attachment-url.ts';
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import type { DeliveryBody } from '../parse/payload.ts';
+import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
+import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
 import { archiveAsOwner, isArchivable } from '../store/history.ts';
 import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
@@ -31,6 +33,21 @@ export interface ActorDeps {
   retryDelays: readonly number[];
   leaseMs: number;
   logger: Logger;
+  /** sender authentication and attachment references; absent: neither (all inline, no `auth`) */
+  payload?: PayloadSettings;
+}
+
+/** How payloads are built beyond the message itself (the settings of src/config/schema.ts). */
+export interface PayloadSettings {
+  /** DNS servers for sender authentication; empty: the system's */
+  dnsServers: readonly string[];
+  /** all DNS lookups of one message, ms */
+  authBudgetMs: number;
+  /** largest inline attachment and largest body wanted, bytes */
+  inlineMax: number;
+  bodyMax: number;
+  /** read at each parse: the public URL may be known only once the API listens */
+  links: () => AttachmentLinks;
 }
 
 /** Thrown inside an actor when a fenced write no longer matches: another owner has the message. */
@@ -89,6 +106,11 @@ function next(state: MessageState, event: MessageEvent): MessageState {
 /** FerretDB refuses NUL in strings: the record keeps U+FFFD where the mail had NUL (the payload keeps NUL). */
 function storable(text: string): string {
   return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;
+}
+
+/** The auth results as the record can keep them (a sender's domain text may hold NUL). */
+function storableAuth(auth: StoredAuth): StoredAuth {
+  return JSON.parse(JSON.stringify(auth).replaceAll('\\u0000', '\\ufffd')) as StoredAuth;
 }
 
 export function deliveryId(messageId: string, routeId: string): string {
@@ -266,11 +288,13 @@ export class MessageActor {
       return undefined;
     }
 
-    const summary = {
+    const summary: Partial<MessageDoc> = {
       message_id: storable(output.summary.message_id),
       from: storable(output.summary.from),
       subject: storable(output.summary.subject),
     };
+    // computed once per message: stored with the parse outcome, sent as stored ever after
+    if (output.auth && !this.doc.auth) summary.auth = storableAuth(output.auth);
     const parsed = next('queued', 'parse_ok');
     if (pending.length === 0 && !deliveries.some((d) => d.state === 'delivered')) {
       await this.persist({
@@ -346,7 +370,33 @@ export class MessageActor {
       envelope: this.doc.envelope,
       receivedAt: this.doc.received_at.toISOString(),
       deliveries: specs,
+      ...this.payloadOptions(),
     });
+  }
+
+  /** Sender authentication (the stored results, else a check) and the attachment policy. */
+  private payloadOptions(): Pick<ParseInput, 'auth' | 'attachments'> {
+    const settings = this.deps.payload;
+    if (!settings) return {};
+    return {
+      auth: this.doc.auth
+        ? { stored: this.doc.auth }
+        : {
+            check: {
+              ip: this.doc.client?.ip ?? '',
+              helo: this.doc.client?.helo ?? '',
+              mailFrom: this.doc.envelope.mail_from,
+              dnsServers: settings.dnsServers,
+              budgetMs: settings.authBudgetMs,
+            },
+          },
+      attachments: {
+        ...settings.links(),
+        messageId: this.id,
+        inlineMax: settings.inlineMax,
+        bodyMax: settings.bodyMax,
+      },
+    };
   }
 
   /** Attempts every delivery that is due: new ones, retries whose time has come, ones cut by a crash. */

@@ -15,7 +15,9 @@ import type { ReplayOutcome } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Logger } from '../log/logger.ts';
+import type { Parser } from '../parse/pool.ts';
 import type { Store } from '../store/mongo.ts';
+import { attachmentRoutes } from './attachments.ts';
 import { apiKeyHook, type FailureCounter, type FailurePolicy, presentsKey } from './auth.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
@@ -42,6 +44,9 @@ export interface AppDeps {
   routingChanged?: () => Promise<void>;
   /** replays a message in dlq or failed (the pipeline provides it) */
   replay?: (id: string) => Promise<ReplayOutcome>;
+  /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
+  pool?: Pick<Parser, 'attachment'>;
+  urlKey?: string;
 }
 
 // Bodies are validated strictly (no type coercion, no silently dropped fields: an unknown field
@@ -128,6 +133,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(domainRoutes, { store: deps.store, routingChanged });
   await app.register(routeRoutes, { store: deps.store, routingChanged });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
   return app;
 }
 

@@ -1,9 +1,10 @@
 // API key authentication: checked first on every request (before body parsing, validation or
-// routing), compared in constant time. /health and /openapi.yaml are always public. Repeated
-// failures from one address are slowed down, never locked out (SPEC: a wrong key is 401).
+// routing), compared in constant time. /health, /openapi.yaml and signed attachment URLs are always
+// public. Repeated failures from one address are slowed down, never locked out (SPEC: a wrong key is 401).
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
+import { ATTACHMENT_PATH } from './attachments.ts';
 
 const PUBLIC_PATHS: ReadonlySet<string> = new Set(['/health', '/openapi.yaml']);
 
@@ -19,7 +20,8 @@ export function keysMatch(expectedDigest: Buffer, presented: string): boolean {
 export function isPublic(request: FastifyRequest): boolean {
   if (request.method !== 'GET' && request.method !== 'HEAD') return false;
   const path = request.url.split('?', 1)[0] ?? '';
-  return PUBLIC_PATHS.has(path);
+  // an attachment URL is authorised by its own signature (attachments.ts), not by the API key
+  return PUBLIC_PATHS.has(path) || ATTACHMENT_PATH.test(path);
 }
 
 export interface FailurePolicy {

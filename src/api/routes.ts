@@ -13,6 +13,7 @@ export interface RouteView {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: true;
   created_at: string;
 }
 
@@ -23,6 +24,7 @@ export function toRouteView(doc: RouteDoc): RouteView {
     recipient_pattern: doc.recipient_pattern,
     webhook_url: doc.webhook_url,
     ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    ...(doc.dmarc_reject ? { dmarc_reject: true as const } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -56,6 +58,7 @@ interface CreateRouteBody {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: boolean;
 }
 
 export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
@@ -77,6 +80,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
             recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
             webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
             webhook_secret: { type: 'string', maxLength: 1024 },
+            dmarc_reject: { type: 'boolean' },
           },
         },
       },
@@ -133,6 +137,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
         scope: pattern.value.scope,
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+        ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
       });
       await routingChanged();
       return reply.code(201).send(toRouteView(doc));

@@ -112,6 +112,19 @@ function addressList(value: string): Parsed<readonly string[]> {
   return ok(Object.freeze(entries));
 }
 
+function dnsServerList(value: string): Parsed<readonly string[]> {
+  const servers = value
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '');
+  if (servers.length > 8) return bad('must list at most 8 servers');
+  for (const server of servers) {
+    const address = server.replace(/^\[([^\]]+)\](:\d+)?$/, '$1').replace(/^([\d.]+):\d+$/, '$1');
+    if (isIP(address) === 0) return bad(`"${server}" is not an IP address (with an optional :port)`);
+  }
+  return ok(Object.freeze(servers));
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 export const SETTINGS = Object.freeze({
@@ -303,6 +316,63 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => false,
     parse: boolean,
   } satisfies Setting<boolean>,
+  publicUrl: {
+    env: 'PUBLIC_URL',
+    flag: 'public-url',
+    defaultText:
+      'empty (http://<HTTP_HOST, 127.0.0.1 for 0.0.0.0>:<the API port>: not reachable from outside)',
+    description:
+      'How webhook receivers reach this service: the base of the attachment URLs in payloads (http or https, no query)',
+    defaultValue: () => '',
+    parse: (value) =>
+      /^https?:\/\/[^\s?#]+$/.test(value) && value.length <= 2048
+        ? ok(value.replace(/\/+$/, ''))
+        : bad('must be an absolute http or https URL without query or fragment'),
+  } satisfies Setting<string>,
+  maxInlineAttachment: {
+    env: 'MAX_INLINE_ATTACHMENT',
+    flag: 'max-inline-attachment',
+    defaultText: '5MB',
+    description: 'Largest attachment sent inline (base64) in a payload; a larger one is sent as a signed URL',
+    defaultValue: () => 5 * 1024 * 1024,
+    parse: size(0, 1024 ** 3),
+  } satisfies Setting<number>,
+  maxWebhookBody: {
+    env: 'MAX_WEBHOOK_BODY',
+    flag: 'max-webhook-body',
+    defaultText: '10MB',
+    description:
+      'Largest webhook body wanted: while a body would be larger, its largest inline attachments are sent as URLs instead',
+    defaultValue: () => 10 * 1024 * 1024,
+    parse: size(1024, 1024 ** 3),
+  } satisfies Setting<number>,
+  attachmentUrlTtl: {
+    env: 'ATTACHMENT_URL_TTL',
+    flag: 'attachment-url-ttl',
+    defaultText: '24h',
+    description:
+      'How long an attachment URL in a payload stays valid (counted from the attempt that sent it)',
+    defaultValue: () => 24 * 3_600_000,
+    parse: duration(1000, 30 * 24 * 3_600_000),
+  } satisfies Setting<number>,
+  dnsServers: {
+    env: 'DNS_SERVERS',
+    flag: 'dns-servers',
+    defaultText: "empty (the system's resolvers)",
+    description:
+      'DNS servers for sender authentication (SPF, DKIM, DMARC, ARC): comma-separated addresses, each optionally with :port ([v6]:port)',
+    defaultValue: (): readonly string[] => Object.freeze([]),
+    parse: dnsServerList,
+  } satisfies Setting<readonly string[]>,
+  authDnsBudget: {
+    env: 'AUTH_DNS_BUDGET',
+    flag: 'auth-dns-budget',
+    defaultText: '10s',
+    description:
+      'Time all DNS lookups of one message may take together; past it the unfinished checks are temperror',
+    defaultValue: () => 10_000,
+    parse: duration(100, 60_000),
+  } satisfies Setting<number>,
   statsFile: {
     env: 'STATS_FILE',
     flag: 'stats-file',

@@ -2,7 +2,7 @@
 // webhook client and the actors that drive each message. Importable, so tests can run it
 // in-process; workers/worker.ts is its thin entry.
 
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { SMTPServer } from 'smtp-server';
 import { ActorSystem } from '../actor/system.ts';
@@ -14,6 +14,7 @@ import type { Logger } from '../log/logger.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
+import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
 import { bumpRoutingVersion } from '../store/routing-version.ts';
 import type { PrimaryLink } from './primary-link.ts';
@@ -32,6 +33,15 @@ export interface WorkerServiceDeps {
   logger: Logger;
   /** the link to the cluster primary; absent when the service runs alone (in a test process) */
   link?: PrimaryLink;
+}
+
+/**
+ * Without PUBLIC_URL: the API's own address and port (known once it listens), 127.0.0.1 for a
+ * wildcard address. Reachable from this machine, or the network HTTP_HOST is on; not from outside.
+ */
+export function defaultPublicUrl(httpHost: string, port: number): string {
+  const host = httpHost === '0.0.0.0' || httpHost === '::' || httpHost === '' ? '127.0.0.1' : httpHost;
+  return `http://${isIPv6(host) ? `[${host}]` : host}:${port}`;
 }
 
 /** Parse threads per worker: the cores shared among the workers, at least one each. */
@@ -74,6 +84,9 @@ export async function prepareWorkerService({
     directory.invalidate();
     await link?.routingChanged();
   };
+  // one key for every process on this database, so any worker verifies any worker's URLs (the
+  // primary makes it at start; a worker run on its own makes it if need be)
+  const urlKey = await serviceKey(store, ATTACHMENT_URL_KEY);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
@@ -90,16 +103,36 @@ export async function prepareWorkerService({
     retryDelays: config.retryDelays,
     leaseMs: config.leaseTime,
     logger,
+    payload: {
+      dnsServers: config.dnsServers,
+      authBudgetMs: config.authDnsBudget,
+      inlineMax: config.maxInlineAttachment,
+      bodyMax: config.maxWebhookBody,
+      links: () => ({
+        publicUrl: config.publicUrl || defaultPublicUrl(config.httpHost, service.httpPort),
+        key: urlKey,
+        ttlMs: config.attachmentUrlTtl,
+      }),
+    },
   });
   const app = await buildApp({
     store,
     config,
     logger,
     replay: (id) => actors.replay(id),
+    pool,
+    urlKey,
     routingChanged,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });
-  const smtp = createSmtpServer({ config, store, directory, actors, logger });
+  const smtp = createSmtpServer({
+    config,
+    store,
+    directory,
+    actors,
+    logger,
+    auth: { pool, dnsServers: config.dnsServers, budgetMs: config.authDnsBudget },
+  });
 
   let listening = false;
   const service: PreparedWorkerService = {

@@ -4,6 +4,7 @@
 import type { ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
+import type { StoredAuth } from '../parse/sender-auth.ts';
 import { Batcher } from './batcher.ts';
 import { isDuplicateKey } from './ids.ts';
 import { insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
@@ -67,6 +68,11 @@ export interface MessageDoc {
   error?: string;
   /** parse-pool failures (a crashed thread, a full queue); past a bound the message is dead-lettered */
   parse_failures?: number;
+  /** the SMTP client: what sender authentication checks SPF against */
+  client?: { ip: string; helo: string };
+  /** sender authentication, computed once (at the parse, or before the 250 when a route's DMARC
+   * policy needed it) and sent as stored on every attempt and replay */
+  auth?: StoredAuth;
   /** takeovers since acceptance or the last replay. Still queued after several means its processing
    * kills the process that tries it: it is dead-lettered rather than crash every process in turn */
   claims?: number;

@@ -13,6 +13,8 @@ export interface RouteDoc {
   webhook_url: string;
   /** absent when not set */
   webhook_secret?: string;
+  /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
+  dmarc_reject?: true;
   created_at: Date;
 }
 
