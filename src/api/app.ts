@@ -1,5 +1,6 @@
 // The Fastify application: authentication, the resources, the public endpoints and the single
 // error handler. Built from a store and the config; listening is the caller's business.
+
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { Ajv } from 'ajv';
@@ -10,6 +11,7 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
+import type { ReplayOutcome } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';
@@ -18,8 +20,10 @@ import { LogThrottle } from '../log/throttle.ts';
 import { instanceMetrics } from '../metrics/cluster.ts';
 import { metrics } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
+import type { Parser } from '../parse/pool.ts';
 import type { Store } from '../store/mongo.ts';
-import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
+import { attachmentRoutes } from './attachments.ts';
+import { apiKeyHook, type FailureCounter, type FailurePolicy, presentsKey } from './auth.ts';
 import { consoleRoutes } from './console.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
@@ -32,14 +36,24 @@ export const OPENAPI_PATH = new URL('../../openapi.yaml', import.meta.url);
 
 export interface AppDeps {
   store: Store;
-  config: Pick<Config, 'apiKey'> & Partial<Pick<Config, 'httpRequestLog'>>;
+  config: Pick<Config, 'apiKey'> & Partial<Pick<Config, 'trustProxy' | 'httpRequestLog'>>;
   logger: Logger;
   /** what GET /openapi.yaml serves; default: the repository's openapi.yaml */
   openapiText?: string;
-  /** failed authentications allowed per client address; default 20 a minute */
-  authFailureLimit?: FailureLimit;
+  /** when repeated failed authentications from one address are slowed down; default 10 a minute, then 1 s each */
+  authFailurePolicy?: FailurePolicy;
+  /** counts a failed authentication for the whole instance; default: counted in this process */
+  countAuthFailure?: FailureCounter;
+  /**
+   * Called after a domain or route was created or deleted, before the answer is sent: it resolves
+   * once every process of the instance routes by the change. Default: nothing to tell.
+   */
+  routingChanged?: () => Promise<void>;
   /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
+  replay?: (id: string) => Promise<ReplayOutcome>;
+  /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
+  pool?: Pick<Parser, 'attachment'>;
+  urlKey?: string;
   /** the process metrics GET /metrics shows; default: every worker's, summed */
   processMetrics?: () => Promise<string>;
 }
@@ -69,6 +83,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 200 },
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    // the client's address from X-Forwarded-For only when the peer is a proxy TRUST_PROXY names
+    ...(deps.config.trustProxy && deps.config.trustProxy.length > 0
+      ? { trustProxy: [...deps.config.trustProxy] }
+      : {}),
   });
   app.setValidatorCompiler(({ schema, httpPart }) =>
     httpPart === 'body' ? bodyAjv.compile(schema) : queryAjv.compile(schema),
@@ -92,21 +110,36 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
+  // an empty body is no body, whatever its Content-Type says: many clients send
+  // `Content-Type: application/json` on every request, DELETE included
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser(['application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString();
+    if (text === '') {
+      done(null, undefined);
+      return;
+    }
+    parseJson(request, text, done);
+  });
   // a refused key is worth a line, but a flood of them must not fill the disk
   const refusals = new LogThrottle();
-  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit), (request) =>
-    refusals.run((suppressed) =>
-      deps.logger.warn(
-        {
-          event: EVENTS.authRefused,
-          client: request.ip,
-          method: request.method,
-          ...(suppressed > 0 ? { suppressed } : {}),
-        },
-        'API key missing or wrong',
+  const hook = apiKeyHook(deps.config.apiKey, {
+    ...(deps.authFailurePolicy ? { policy: deps.authFailurePolicy } : {}),
+    ...(deps.countAuthFailure ? { count: deps.countAuthFailure } : {}),
+    onRefused: (request) =>
+      refusals.run((suppressed) =>
+        deps.logger.warn(
+          {
+            event: EVENTS.authRefused,
+            client: request.ip,
+            method: request.method,
+            ...(suppressed > 0 ? { suppressed } : {}),
+          },
+          'API key missing or wrong',
+        ),
       ),
-    ),
-  );
+  });
   if (hook) app.addHook('onRequest', hook);
   const requestLog = deps.config.httpRequestLog ?? true;
   app.addHook('onResponse', async (request, reply) => {
@@ -137,9 +170,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
 
-  await app.register(domainRoutes, { store: deps.store });
-  await app.register(routeRoutes, { store: deps.store });
+  const routingChanged = deps.routingChanged ?? (async () => {});
+  await app.register(domainRoutes, { store: deps.store, routingChanged });
+  await app.register(routeRoutes, { store: deps.store, routingChanged });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
   await app.register(metricsRoutes, {
     processMetrics: deps.processMetrics ?? instanceMetrics,
     instance: [storeGauges(deps.store)],

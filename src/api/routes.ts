@@ -6,9 +6,8 @@ import { RouteDirectory } from '../route/directory.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
 import { type PatternKind, parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
-import type { Store } from '../store/mongo.ts';
-import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
-import { normaliseDomainName } from './domains.ts';
+import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {
   id: string;
@@ -16,6 +15,7 @@ export interface RouteView {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: true;
   created_at: string;
 }
 
@@ -26,6 +26,7 @@ export function toRouteView(doc: RouteDoc): RouteView {
     recipient_pattern: doc.recipient_pattern,
     webhook_url: doc.webhook_url,
     ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    ...(doc.dmarc_reject ? { dmarc_reject: true as const } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -59,6 +60,7 @@ interface CreateRouteBody {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: boolean;
 }
 
 const KIND_NAMES: Readonly<Record<PatternKind, string>> = Object.freeze({
@@ -108,7 +110,10 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
   };
 }
 
-export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
+  app,
+  { store, routingChanged },
+) => {
   // the tester must see a route created a moment ago: a directory that reloads on every question
   const directory = new RouteDirectory(store, { ttlMs: 0 });
   app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
@@ -141,6 +146,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
             recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
             webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
             webhook_secret: { type: 'string', maxLength: 1024 },
+            dmarc_reject: { type: 'boolean' },
           },
         },
       },
@@ -176,6 +182,20 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);
       if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+      // a second route for the same pattern could never match: refused rather than kept as a trap.
+      // `alice` and `alice@<its domain>` are the same pattern written two ways.
+      const { pattern: text, kind, scope } = pattern.value;
+      const sameText =
+        kind === 'regex'
+          ? [text]
+          : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
+      const existing = await findRouteByPattern(store, domain, sameText);
+      if (existing) {
+        throw new ServiceError(
+          'route_exists',
+          `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
+        );
+      }
       const doc = await createRoute(store, {
         domain,
         recipient_pattern: pattern.value.pattern,
@@ -183,7 +203,9 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         scope: pattern.value.scope,
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+        ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
       });
+      await routingChanged();
       return reply.code(201).send(toRouteView(doc));
     },
   );
@@ -192,6 +214,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
     if (!(await deleteRoute(store, request.params.id))) {
       throw new ServiceError('not_found', `route ${request.params.id} not found`);
     }
+    await routingChanged();
     return reply.code(204).send();
   });
 };

@@ -146,8 +146,7 @@ async function refreshCounters() {
   const figures = [
     ['in flight', sample(text, 'mailroute_messages_in_flight')],
     ['retries scheduled', sample(text, 'mailroute_retries_scheduled')],
-    ['dead letters', sample(text, 'mailroute_messages', { state: 'dlq' })],
-    ['delivered', sample(text, 'mailroute_messages', { state: 'delivered' })],
+    ['dead letters', sample(text, 'mailroute_dlq_messages')],
     ['SMTP accepted', sample(text, 'mailroute_smtp_transactions_total', { reason: 'accepted' })],
     [
       'SMTP refused',

@@ -5,6 +5,7 @@
 import type { Readable } from 'node:stream';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Agent } from 'undici';
+import { USER_AGENT } from '../config/version.ts';
 import { metrics } from '../metrics/metrics.ts';
 import { type AttemptOutcome, classifyError, classifyStatus } from './classify.ts';
 import { DENIED_MESSAGE, guardedLookup, isDeniedAddress } from './destination-guard.ts';
@@ -109,7 +110,8 @@ export class WebhookClient {
         origin: target.origin,
         path: `${target.pathname}${target.search}`,
         method: 'POST',
-        headers,
+        // receivers log and allow-list senders by it
+        headers: { ...headers, 'user-agent': USER_AGENT },
         body,
         signal: deadline.signal,
       });

@@ -4,6 +4,8 @@ export const EVENTS = Object.freeze({
   serviceReady: 'service.ready',
   serviceStopping: 'service.stopping',
   serviceStopped: 'service.stopped',
+  /** shutdown is waiting: what for (workers, SMTP sessions, deliveries in flight) */
+  serviceWaiting: 'service.waiting',
   configInvalid: 'config.invalid',
   authDisabled: 'auth.disabled',
   authRefused: 'auth.refused',
@@ -15,6 +17,7 @@ export const EVENTS = Object.freeze({
   workerExited: 'worker.exited',
   workerStarted: 'worker.started',
   serverListening: 'server.listening',
+  routingChangeUnacknowledged: 'routing.change_unacknowledged',
   smtpAccepted: 'smtp.accepted',
   smtpRejected: 'smtp.rejected',
   smtpStoreFailed: 'smtp.store_failed',
@@ -24,4 +27,6 @@ export const EVENTS = Object.freeze({
   deliveryDeadLettered: 'delivery.dlq',
   leaseTakenOver: 'lease.taken_over',
   messagesRequeued: 'messages.requeued',
+  housekeepingDone: 'housekeeping.done',
+  housekeepingFailed: 'housekeeping.failed',
 } as const);

@@ -86,9 +86,9 @@ serial('with the key: the messages, newest first, with counters; filter, then op
   t.is(await page.evaluate(() => sessionStorage.getItem('mailroute.apiKey')), KEY);
   t.false(page.url().includes(KEY));
   t.deepEqual(await browser.context.cookies(), []);
-  await page.locator('#counters [data-counter="delivered"] b').waitFor();
-  t.is(await page.locator('#counters [data-counter="delivered"] b').textContent(), '2');
+  await page.locator('#counters [data-counter="dead letters"] b').waitFor();
   t.is(await page.locator('#counters [data-counter="dead letters"] b').textContent(), '2');
+  t.is(await page.locator('#counters [data-counter="webhook OK"] b').textContent(), '2');
   await shot('console-messages.png');
 
   await page.locator('select[name=state]').selectOption('delivered');
