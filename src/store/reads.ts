@@ -6,7 +6,7 @@
 // history. On MongoDB an index serves each query; FerretDB sorts one hour's partition in memory.
 import type { Filter } from 'mongodb';
 import type { MessageState } from '../actor/machine.ts';
-import { findRecord } from './history.ts';
+import { type ArchivedRecord, findRecord, unpackRecord } from './history.ts';
 import { isId } from './ids.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -65,14 +65,14 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
       const found = await Promise.all(
         kinds.map((kind) =>
           store.db
-            .collection<MessageDoc>(partitionName(kind, key))
-            .find(filter)
+            .collection<ArchivedRecord>(partitionName(kind, key))
+            .find(filter as Filter<ArchivedRecord>)
             .sort({ _id: -1 })
             .limit(remaining)
             .toArray(),
         ),
       );
-      archived.push(...found.flat());
+      archived.push(...found.flat().map(unpackRecord));
     }
   }
 
