@@ -188,7 +188,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
   const options: SMTPServerOptions = {
     banner: 'mailroute inbound MX',
     size: config.maxMessageSize,
-    rejectOversized: true,
+    // onData answers an oversized message itself (552 5.3.4 from the catalog): what is sent is what is logged
+    rejectOversized: false,
     // the 101st recipient is refused in onRcptTo: counted and logged like every refusal
     hideENHANCEDSTATUSCODES: false,
     hideSMTPUTF8: false,
