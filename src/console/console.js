@@ -109,9 +109,7 @@ $('#login').addEventListener('submit', async (event) => {
     const text =
       err.status === 401
         ? 'That API key is wrong: the service answered 401 unauthorized.'
-        : err.status === 429
-          ? 'Too many wrong keys from this address: wait a minute and try again.'
-          : `The service could not be reached (${err.message}).`;
+        : `The service could not be reached (${err.message}).`;
     $('#login-error').textContent = text;
     $('#login-error').hidden = false;
     return;
