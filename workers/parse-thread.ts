@@ -1,8 +1,18 @@
 // Owns the parse worker thread's entry point (piscina): parse one message and hand the JSON bodies
 // back by transferring their ArrayBuffers, so a large payload crosses threads without a copy.
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import type { ParseInput, ParseOutput } from '../src/parse/payload.ts';
-import { parseMessage } from '../src/parse/payload.ts';
+import type { AttachmentOutput, ParseInput, ParseOutput } from '../src/parse/payload.ts';
+import { authenticateOnly, extractAttachment, parseMessage } from '../src/parse/payload.ts';
+
+// the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes
+export const authenticate = authenticateOnly;
+
+export async function attachment(input: { raw: Uint8Array; index: number }): Promise<AttachmentOutput> {
+  const output = await extractAttachment(input);
+  if (!output.ok) return output;
+  const movable = move({ [transferableSymbol]: [output.content.buffer], [valueSymbol]: output });
+  return movable as unknown as AttachmentOutput;
+}
 
 export default async function parseThread(input: ParseInput): Promise<ParseOutput> {
   // piscina keeps `input` until the task ends; parseMessage empties its raw once parsed

@@ -3,14 +3,22 @@
 // supervises the cluster workers that serve SMTP and HTTP on the shared ports.
 import cluster, { type Worker } from 'node:cluster';
 import { fileURLToPath } from 'node:url';
-import { loadConfigOrExit } from '../src/config/schema.ts';
+import { describeConfig, loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { serveClusterMetrics } from '../src/metrics/cluster.ts';
+import { PrimaryBroker } from '../src/service/primary-link.ts';
+import { Housekeeping } from '../src/store/housekeeping.ts';
+import { ATTACHMENT_URL_KEY, serviceKey } from '../src/store/keys.ts';
 import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
 
 const SHUTDOWN_DEADLINE_MS = 30_000;
+const WAITING_LOG_MS = 2000;
+/** a signal this soon after the first is the same one, delivered twice (npm forwards Ctrl-C) */
+const SAME_SIGNAL_MS = 1000;
+const PARENT_CHECK_MS = 500;
 const MAX_RESTART_DELAY_MS = 10_000;
 
 const config = loadConfigOrExit();
@@ -18,11 +26,69 @@ const logger = createLogger(config.logLevel, { role: 'primary' });
 // the ready line is what scripts and tests wait for: always written, whatever the log level
 const lifecycleLog = logger.child({}, { level: 'info' });
 
+lifecycleLog.info({ event: EVENTS.configEffective, config: describeConfig(config) }, 'configuration');
+// Signals are handled from the start: a SIGTERM while the database is found or the workers start
+// shuts down as cleanly as one later.
+let stopping = false;
+let firstSignalAt = 0;
+let database: ResolvedDatabase | undefined;
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+// Under `npm start` this process is npm's child: when npm goes (even killed with SIGKILL, when it
+// can forward nothing), this process is handed to another parent, and it shuts down too.
+const parentPid = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parentPid) void shutdown('parent exited');
+}, PARENT_CHECK_MS).unref();
+
+async function shutdown(reason: string): Promise<void> {
+  if (stopping) {
+    // Ctrl-C reaches npm and this process both, and npm forwards it: that is still one signal
+    if (Date.now() - firstSignalAt < SAME_SIGNAL_MS) return;
+    logger.warn({ event: EVENTS.serviceStopping, signal: reason }, 'second signal: exiting now');
+    process.exit(1);
+  }
+  stopping = true;
+  firstSignalAt = Date.now();
+  lifecycleLog.info({ event: EVENTS.serviceStopping, signal: reason }, 'shutting down');
+  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  const running = new Set(workers.filter((w) => !w.isDead()));
+  const exited = [...running].map(
+    (w) => new Promise<void>((resolve) => w.once('exit', () => resolve(void running.delete(w)))),
+  );
+  for (const worker of running) if (worker.isConnected()) worker.send({ type: 'shutdown' });
+  // say what the shutdown waits for, while it waits
+  const waiting = setInterval(() => {
+    lifecycleLog.info(
+      { event: EVENTS.serviceWaiting, workers: [...running].map((w) => w.process.pid) },
+      'waiting for workers to finish what is in flight',
+    );
+  }, WAITING_LOG_MS);
+  const deadline = setTimeout(() => {
+    lifecycleLog.warn(
+      { event: EVENTS.serviceWaiting, workers: [...running].map((w) => w.process.pid) },
+      `workers still running after ${SHUTDOWN_DEADLINE_MS / 1000} s: killed`,
+    );
+    for (const worker of running) worker.process.kill('SIGKILL');
+  }, SHUTDOWN_DEADLINE_MS);
+  await Promise.all(exited);
+  clearInterval(waiting);
+  clearTimeout(deadline);
+  if (database?.server) {
+    lifecycleLog.info(
+      { event: EVENTS.serviceWaiting, database: database.server.kind },
+      'stopping the database',
+    );
+    await database.server.stop();
+  }
+  lifecycleLog.info({ event: EVENTS.serviceStopped }, 'stopped');
+  process.exit(0);
+}
+
 if (!config.apiKey) {
   logger.warn({ event: EVENTS.authDisabled }, 'SERVICE_API_KEY is empty: the API requires no authentication');
 }
 
-let database: ResolvedDatabase;
 try {
   database = await resolveDatabase(config);
 } catch (err) {
@@ -31,6 +97,7 @@ try {
   );
   process.exit(1);
 }
+const databaseUri = database.uri;
 if (database.source !== 'configured') {
   lifecycleLog.info(
     { event: EVENTS.databaseDevDefault, uri: database.uri, kind: database.server?.kind ?? 'existing' },
@@ -38,9 +105,18 @@ if (database.source !== 'configured') {
   );
 }
 
+// the primary keeps a connection for the history's upkeep (retention, moving records of the
+// earlier layout): one process does it, in the background
 try {
   const store = await openStore({ uri: database.uri, ensureIndexes: true });
-  await store.close();
+  // made once here, like the indexes: the workers only read it
+  await serviceKey(store, ATTACHMENT_URL_KEY);
+  new Housekeeping({
+    store,
+    logger,
+    recordRetentionMs: config.recordRetention,
+    rawRetentionMs: config.rawRetention,
+  }).start();
 } catch (err) {
   process.stderr.write(`cannot use the database at MONGODB_URI: ${(err as Error).message}\n`);
   await database.server?.stop();
@@ -61,7 +137,19 @@ cluster.setupPrimary({
   args: [...process.argv.slice(2), '--http-port', String(httpPort), '--smtp-port', String(smtpPort)],
 });
 
-let stopping = false;
+// answers the workers: routing changes told to every worker before the API answers, failed
+// authentications counted for the instance
+const broker = new PrimaryBroker(
+  () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined),
+  {
+    onAckTimeout: (workers) =>
+      logger.warn(
+        { event: EVENTS.routingChangeUnacknowledged, workers },
+        'workers did not acknowledge a routing change',
+      ),
+  },
+);
+
 let restarts = 0;
 const ready = new Set<number>();
 const served = new Set<number>();
@@ -75,7 +163,7 @@ let standbyWanted = false;
 
 function fork(role: 'serving' | 'standby' = 'serving'): Worker {
   const worker = cluster.fork({
-    MONGODB_URI: database.uri,
+    MONGODB_URI: databaseUri,
     MAILROUTE_STANDBY: role === 'standby' ? '1' : '0',
   });
   if (role === 'standby') {
@@ -83,6 +171,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
     standbyReady = false;
   }
   worker.on('message', (message: { type?: string; httpPort?: number; smtpPort?: number }) => {
+    broker.handle(worker, message);
     if (message?.type === 'standby') {
       if (worker === standby) standbyReady = true;
       // promoted while it was still starting: it takes its place now that it can
@@ -111,6 +200,7 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
     }
   });
   worker.on('exit', (code, signal) => {
+    broker.exited(worker);
     ready.delete(worker.id);
     if (stopping) return;
     if (worker === standby) {
@@ -148,28 +238,5 @@ function fork(role: 'serving' | 'standby' = 'serving'): Worker {
   return worker;
 }
 
-for (let i = 0; i < config.workers; i++) fork();
-
-async function shutdown(signal: string): Promise<void> {
-  if (stopping) {
-    logger.warn({ event: EVENTS.serviceStopping, signal }, 'second signal: exiting now');
-    process.exit(1);
-  }
-  stopping = true;
-  lifecycleLog.info({ event: EVENTS.serviceStopping, signal }, 'shutting down');
-  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
-  const exited = workers.map(
-    (w) => new Promise<void>((resolve) => (w.isDead() ? resolve() : w.once('exit', () => resolve()))),
-  );
-  for (const worker of workers) worker.send({ type: 'shutdown' });
-  const deadline = setTimeout(() => {
-    for (const worker of workers) worker.process.kill('SIGKILL');
-  }, SHUTDOWN_DEADLINE_MS);
-  await Promise.all(exited);
-  clearTimeout(deadline);
-  await database.server?.stop();
-  lifecycleLog.info({ event: EVENTS.serviceStopped }, 'stopped');
-  process.exit(0);
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+serveClusterMetrics();
+if (!stopping) for (let i = 0; i < config.workers; i++) fork();

@@ -4,17 +4,54 @@
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { PrimaryLink } from '../src/service/primary-link.ts';
 import { recordProcessStats } from '../src/service/process-stats.ts';
-import { prepareWorkerService } from '../src/service/worker-service.ts';
+import { type PreparedWorkerService, prepareWorkerService } from '../src/service/worker-service.ts';
 import { openStore } from '../src/store/mongo.ts';
 
+// first: no route snapshot can exist before the primary can tell this process of a change
+const link = new PrimaryLink();
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'worker' });
+
+// The primary's messages are heard from the start: a shutdown that comes while this process is
+// still starting (a standby, say) must not wait for the primary's deadline.
+let service: PreparedWorkerService | undefined;
+let stopping = false;
+async function shutdown(): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  if (!service) {
+    // not listening yet: nothing is in flight
+    logger.info({ event: EVENTS.serviceStopped }, 'worker stopped while starting');
+    process.exit(0);
+  }
+  await service.stop();
+  await store.close();
+  stats?.write();
+  logger.info({ event: EVENTS.serviceStopped }, 'worker stopped');
+  process.exit(0);
+}
+async function activate(): Promise<void> {
+  if (!service || stopping) return;
+  await service.listen();
+  process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
+}
+process.on('message', (message: unknown) => {
+  const type =
+    typeof message === 'object' && message !== null ? (message as { type?: unknown }).type : undefined;
+  if (type === 'shutdown') void shutdown();
+  else if (type === 'activate') void activate();
+});
+process.on('SIGTERM', () => void shutdown());
+// Ctrl-C reaches the whole process group; the primary coordinates that shutdown
+process.on('SIGINT', () => {});
 
 const store = await openStore({
   uri: config.mongodbUri,
   ensureIndexes: false,
-  monitorCommands: Boolean(config.statsFile),
+  // command events feed mailroute_db_command_duration_seconds (and STATS_FILE)
+  monitorCommands: true,
   onReconnect: ({ server, silentForMs }) =>
     logger.warn(
       { event: EVENTS.databaseReconnected, server, silent_for_ms: silentForMs },
@@ -22,39 +59,6 @@ const store = await openStore({
     ),
 });
 const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
-const service = await prepareWorkerService({ config, store, logger });
-async function activate(): Promise<void> {
-  await service.listen();
-  process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
-}
+service = await prepareWorkerService({ config, store, logger, link });
 if (process.env.MAILROUTE_STANDBY === '1') process.send?.({ type: 'standby' });
 else await activate();
-
-let stopping = false;
-async function shutdown(): Promise<void> {
-  if (stopping) return;
-  stopping = true;
-  await service.stop();
-  await store.close();
-  stats?.write();
-  logger.info({ event: EVENTS.serviceStopped }, 'worker stopped');
-  process.exit(0);
-}
-process.on('message', (message: unknown) => {
-  if (
-    typeof message === 'object' &&
-    message !== null &&
-    (message as { type?: unknown }).type === 'shutdown'
-  ) {
-    void shutdown();
-  } else if (
-    typeof message === 'object' &&
-    message !== null &&
-    (message as { type?: unknown }).type === 'activate'
-  ) {
-    void activate();
-  }
-});
-process.on('SIGTERM', () => void shutdown());
-// Ctrl-C reaches the whole process group; the primary coordinates that shutdown
-process.on('SIGINT', () => {});

@@ -4,12 +4,15 @@
 // then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
 // the scheduler of any process picks it up again when it is due.
 import type { UpdateFilter } from 'mongodb';
+import type { AttachmentLinks } from '../deliver/attachment-url.ts';
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import type { DeliveryBody } from '../parse/payload.ts';
+import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
+import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
+import { archiveAsOwner, isArchivable } from '../store/history.ts';
 import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
 import { writeAsOwner } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
@@ -30,6 +33,21 @@ export interface ActorDeps {
   retryDelays: readonly number[];
   leaseMs: number;
   logger: Logger;
+  /** sender authentication and attachment references; absent: neither (all inline, no `auth`) */
+  payload?: PayloadSettings;
+}
+
+/** How payloads are built beyond the message itself (the settings of src/config/schema.ts). */
+export interface PayloadSettings {
+  /** DNS servers for sender authentication; empty: the system's */
+  dnsServers: readonly string[];
+  /** all DNS lookups of one message, ms */
+  authBudgetMs: number;
+  /** largest inline attachment and largest body wanted, bytes */
+  inlineMax: number;
+  bodyMax: number;
+  /** read at each parse: the public URL may be known only once the API listens */
+  links: () => AttachmentLinks;
 }
 
 /** Thrown inside an actor when a fenced write no longer matches: another owner has the message. */
@@ -90,6 +108,11 @@ function storable(text: string): string {
   return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;
 }
 
+/** The auth results as the record can keep them (a sender's domain text may hold NUL). */
+function storableAuth(auth: StoredAuth): StoredAuth {
+  return JSON.parse(JSON.stringify(auth).replaceAll('\\u0000', '\\ufffd')) as StoredAuth;
+}
+
 export function deliveryId(messageId: string, routeId: string): string {
   return `${messageId}.${routeId}`;
 }
@@ -133,7 +156,7 @@ export class MessageActor {
         this.log.error({ event: EVENTS.deliveryDeadLettered, reason: 'poison' }, 'message crashes its owner');
         return;
       }
-      if (this.doc.state === 'queued' && !raw && !(await rawExists(this.deps.store, this.doc.raw_id))) {
+      if (this.doc.state === 'queued' && !raw && !(await rawExists(this.deps.store, this.doc))) {
         // the acceptance timed out (451) and removed the bytes, but the record's insert landed
         // after all: the sender was told to try again, so there is nothing here to deliver
         await this.persist({
@@ -196,12 +219,25 @@ export class MessageActor {
       if (change.attempts?.length) push.attempts = { $each: change.attempts };
       if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
       this.deferred = undefined;
+      const after = applyChange(this.doc, own);
+      if (isArchivable(after)) {
+        // final: the record moves to its history partition, and the working set forgets it
+        const version = this.owner.version + 1;
+        if (!(await archiveAsOwner(this.deps.store, this.owner, { ...after, version }))) {
+          this.lost = true;
+          throw new OwnershipLost();
+        }
+        this.owner = { ...this.owner, version };
+        this.doc = { ...after, version };
+        return;
+      }
       const version = await writeAsOwner(this.deps.store, this.owner, update);
       if (version === undefined) {
         this.lost = true;
         throw new OwnershipLost();
       }
       this.owner = { ...this.owner, version };
+      // from the document as it is now: a change deferred while this write was in flight stays
       this.doc = { ...applyChange(this.doc, own), version };
     });
     this.writes = write.catch(() => {});
@@ -226,7 +262,7 @@ export class MessageActor {
     const output = await this.parse(raw, pending);
     const at = new Date();
     if (!output.ok) {
-      if (output.code === 'unparseable') {
+      if (output.code === 'unparseable' || output.code === 'raw_missing') {
         await this.persist({
           set: { state: next('queued', 'parse_failed'), error: storable(output.message) },
           unset: ['due_at', 'lease_owner'],
@@ -252,11 +288,13 @@ export class MessageActor {
       return undefined;
     }
 
-    const summary = {
+    const summary: Partial<MessageDoc> = {
       message_id: storable(output.summary.message_id),
       from: storable(output.summary.from),
       subject: storable(output.summary.subject),
     };
+    // computed once per message: stored with the parse outcome, sent as stored ever after
+    if (output.auth && !this.doc.auth) summary.auth = storableAuth(output.auth);
     const parsed = next('queued', 'parse_ok');
     if (pending.length === 0 && !deliveries.some((d) => d.state === 'delivered')) {
       await this.persist({
@@ -314,7 +352,8 @@ export class MessageActor {
   }
 
   private async parse(raw: Uint8Array | undefined, deliveries: readonly DeliveryDoc[]) {
-    const bytes = raw ?? (await readRaw(this.deps.store, this.doc.raw_id));
+    const bytes = raw ?? (await readRaw(this.deps.store, this.doc));
+    if (!bytes) return { ok: false as const, code: 'raw_missing' as const, message: 'raw message missing' };
     const specs = await Promise.all(
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);
@@ -331,7 +370,33 @@ export class MessageActor {
       envelope: this.doc.envelope,
       receivedAt: this.doc.received_at.toISOString(),
       deliveries: specs,
+      ...this.payloadOptions(),
     });
+  }
+
+  /** Sender authentication (the stored results, else a check) and the attachment policy. */
+  private payloadOptions(): Pick<ParseInput, 'auth' | 'attachments'> {
+    const settings = this.deps.payload;
+    if (!settings) return {};
+    return {
+      auth: this.doc.auth
+        ? { stored: this.doc.auth }
+        : {
+            check: {
+              ip: this.doc.client?.ip ?? '',
+              helo: this.doc.client?.helo ?? '',
+              mailFrom: this.doc.envelope.mail_from,
+              dnsServers: settings.dnsServers,
+              budgetMs: settings.authBudgetMs,
+            },
+          },
+      attachments: {
+        ...settings.links(),
+        messageId: this.id,
+        inlineMax: settings.inlineMax,
+        bodyMax: settings.bodyMax,
+      },
+    };
   }
 
   /** Attempts every delivery that is due: new ones, retries whose time has come, ones cut by a crash. */

@@ -6,14 +6,17 @@ import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics } from '../metrics/metrics.ts';
+import { restoreRecord } from '../store/history.ts';
 import {
   claimMessage,
   deleteExpiredLeases,
   findDue,
-  getMessage,
   type MessageDoc,
   removeAbandonedRecords,
 } from '../store/messages.ts';
+import { rawExists } from '../store/raw.ts';
+import { getMessage } from '../store/reads.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 
 export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
@@ -22,7 +25,7 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
   maxActors?: number;
 }
 
-export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state';
+export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
 
 const LEASE_CLEANUP_EVERY_MS = 60_000;
 /** how often, and how long, a refused acceptance's late writes are looked for and removed */
@@ -110,13 +113,13 @@ export class ActorSystem {
     if (!doc) return 'not_found';
     if (doc.state !== 'dlq' && doc.state !== 'failed') return 'invalid_state';
     if (this.running.has(id)) return 'invalid_state';
-    const claimed = await claimMessage(
-      this.options.store,
-      id,
-      doc.lease_epoch,
-      this.owner,
-      this.options.leaseMs,
-    );
+    // a replay parses the message again: not possible once raw retention has removed its bytes
+    if (!(await rawExists(this.options.store, doc))) return 'raw_expired';
+    const inFlight = (await this.options.store.messages.countDocuments({ _id: id }, { limit: 1 })) === 1;
+    // a final message comes back from its history partition into the working set, owned by us
+    const claimed = inFlight
+      ? await claimMessage(this.options.store, id, doc.lease_epoch, this.owner, this.options.leaseMs)
+      : await restoreRecord(this.options.store, doc, this.owner, this.options.leaseMs);
     // someone else took it in between: it is being worked on, so not replayable now
     if (!claimed || (claimed.state !== 'dlq' && claimed.state !== 'failed')) return 'invalid_state';
     const actor = new MessageActor(this.deps, claimed);
@@ -154,6 +157,8 @@ export class ActorSystem {
           this.options.leaseMs,
         );
         if (!doc) continue;
+        // an owner's lease that expired (a retry that came due has no owner left)
+        if (candidate.lease_owner) metrics.leaseTakenOver();
         this.deps.logger.debug(
           { event: EVENTS.leaseTakenOver, message: doc._id, epoch: doc.lease_epoch },
           'claimed',

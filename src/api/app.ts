@@ -1,5 +1,6 @@
 // The Fastify application: authentication, the resources, the public endpoints and the single
 // error handler. Built from a store and the config; listening is the caller's business.
+
 import { readFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { Ajv } from 'ajv';
@@ -10,14 +11,24 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
+import type { ReplayOutcome } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { LogThrottle } from '../log/throttle.ts';
+import { instanceMetrics } from '../metrics/cluster.ts';
+import { metrics } from '../metrics/metrics.ts';
+import { storeGauges } from '../metrics/store-gauges.ts';
+import type { Parser } from '../parse/pool.ts';
 import type { Store } from '../store/mongo.ts';
-import { apiKeyHook, FailedAuthLimiter, type FailureLimit, presentsKey } from './auth.ts';
+import { attachmentRoutes } from './attachments.ts';
+import { apiKeyHook, type FailureCounter, type FailurePolicy, presentsKey } from './auth.ts';
+import { consoleRoutes } from './console.ts';
 import { domainRoutes } from './domains.ts';
 import { installErrorHandling } from './error-handler.ts';
 import { messageRoutes } from './messages.ts';
+import { metricsRoutes } from './metrics.ts';
 import { routeRoutes } from './routes.ts';
 
 export const BODY_LIMIT_BYTES = 1024 * 1024;
@@ -25,14 +36,26 @@ export const OPENAPI_PATH = new URL('../../openapi.yaml', import.meta.url);
 
 export interface AppDeps {
   store: Store;
-  config: Pick<Config, 'apiKey'>;
+  config: Pick<Config, 'apiKey'> & Partial<Pick<Config, 'trustProxy' | 'httpRequestLog'>>;
   logger: Logger;
   /** what GET /openapi.yaml serves; default: the repository's openapi.yaml */
   openapiText?: string;
-  /** failed authentications allowed per client address; default 20 a minute */
-  authFailureLimit?: FailureLimit;
+  /** when repeated failed authentications from one address are slowed down; default 10 a minute, then 1 s each */
+  authFailurePolicy?: FailurePolicy;
+  /** counts a failed authentication for the whole instance; default: counted in this process */
+  countAuthFailure?: FailureCounter;
+  /**
+   * Called after a domain or route was created or deleted, before the answer is sent: it resolves
+   * once every process of the instance routes by the change. Default: nothing to tell.
+   */
+  routingChanged?: () => Promise<void>;
   /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>;
+  replay?: (id: string) => Promise<ReplayOutcome>;
+  /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
+  pool?: Pick<Parser, 'attachment'>;
+  urlKey?: string;
+  /** the process metrics GET /metrics shows; default: every worker's, summed */
+  processMetrics?: () => Promise<string>;
 }
 
 // Bodies are validated strictly (no type coercion, no silently dropped fields: an unknown field
@@ -42,7 +65,8 @@ const queryAjv = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaul
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
-    loggerInstance: deps.logger as FastifyBaseLogger,
+    // a child of its own: the worker quiets it while it listens (see worker-service.ts)
+    loggerInstance: deps.logger.child({}) as FastifyBaseLogger,
     // the router's own refusals (an undecodable or over-long path segment) get the catalog body,
     // after the key check like everything else
     frameworkErrors: (error, request, genericReply) => {
@@ -59,6 +83,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 200 },
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    // the client's address from X-Forwarded-For only when the peer is a proxy TRUST_PROXY names
+    ...(deps.config.trustProxy && deps.config.trustProxy.length > 0
+      ? { trustProxy: [...deps.config.trustProxy] }
+      : {}),
   });
   app.setValidatorCompiler(({ schema, httpPart }) =>
     httpPart === 'body' ? bodyAjv.compile(schema) : queryAjv.compile(schema),
@@ -82,8 +110,54 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // JSON only: a text/plain body is 415, not a string that fails validation
   app.removeContentTypeParser(['text/plain']);
-  const hook = apiKeyHook(deps.config.apiKey, new FailedAuthLimiter(deps.authFailureLimit));
+  // an empty body is no body, whatever its Content-Type says: many clients send
+  // `Content-Type: application/json` on every request, DELETE included
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser(['application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString();
+    if (text === '') {
+      done(null, undefined);
+      return;
+    }
+    parseJson(request, text, done);
+  });
+  // a refused key is worth a line, but a flood of them must not fill the disk
+  const refusals = new LogThrottle();
+  const hook = apiKeyHook(deps.config.apiKey, {
+    ...(deps.authFailurePolicy ? { policy: deps.authFailurePolicy } : {}),
+    ...(deps.countAuthFailure ? { count: deps.countAuthFailure } : {}),
+    onRefused: (request) =>
+      refusals.run((suppressed) =>
+        deps.logger.warn(
+          {
+            event: EVENTS.authRefused,
+            client: request.ip,
+            method: request.method,
+            ...(suppressed > 0 ? { suppressed } : {}),
+          },
+          'API key missing or wrong',
+        ),
+      ),
+  });
   if (hook) app.addHook('onRequest', hook);
+  const requestLog = deps.config.httpRequestLog ?? true;
+  app.addHook('onResponse', async (request, reply) => {
+    // the pattern, never the path: ids stay out of labels and the log's request line stays short
+    const route = request.routeOptions.url ?? 'unmatched';
+    metrics.httpRequest(request.method, route, reply.statusCode);
+    if (requestLog)
+      deps.logger.info(
+        {
+          event: EVENTS.httpRequest,
+          method: request.method,
+          route,
+          status: reply.statusCode,
+          duration_ms: Math.round(reply.elapsedTime * 10) / 10,
+        },
+        'request',
+      );
+  });
 
   const openapiText = deps.openapiText ?? readFileSync(OPENAPI_PATH, 'utf8');
   app.get('/openapi.yaml', async (_request, reply) => reply.type('application/yaml').send(openapiText));
@@ -96,9 +170,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
 
-  await app.register(domainRoutes, { store: deps.store });
-  await app.register(routeRoutes, { store: deps.store });
+  const routingChanged = deps.routingChanged ?? (async () => {});
+  await app.register(domainRoutes, { store: deps.store, routingChanged });
+  await app.register(routeRoutes, { store: deps.store, routingChanged });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
+  await app.register(metricsRoutes, {
+    processMetrics: deps.processMetrics ?? instanceMetrics,
+    instance: [storeGauges(deps.store)],
+  });
+  await app.register(consoleRoutes);
   return app;
 }
 

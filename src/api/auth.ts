@@ -1,8 +1,12 @@
 // API key authentication: checked first on every request (before body parsing, validation or
-// routing), compared in constant time. /health and /openapi.yaml are always public.
+// routing), compared in constant time. /health, /openapi.yaml, signed attachment URLs and the
+// console's static files are always public. The key comes as X-API-Key or as
+// `Authorization: Bearer <key>` (what Prometheus sends). Repeated failures from one address are
+// slowed down, never locked out (SPEC: a wrong key is 401).
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
+import { ATTACHMENT_PATH } from './attachments.ts';
 
 const PUBLIC_PATHS: ReadonlySet<string> = new Set(['/health', '/openapi.yaml']);
 
@@ -18,75 +22,100 @@ export function keysMatch(expectedDigest: Buffer, presented: string): boolean {
 export function isPublic(request: FastifyRequest): boolean {
   if (request.method !== 'GET' && request.method !== 'HEAD') return false;
   const path = request.url.split('?', 1)[0] ?? '';
-  return PUBLIC_PATHS.has(path);
+  // an attachment URL is authorised by its own signature (attachments.ts), not by the API key
+  return (
+    PUBLIC_PATHS.has(path) ||
+    ATTACHMENT_PATH.test(path) ||
+    path === '/console' ||
+    path.startsWith('/console/')
+  );
 }
 
-export interface FailureLimit {
-  /** failed attempts allowed per client address within the window; default 20 */
-  max: number;
+export interface FailurePolicy {
+  /** failed attempts from one client address within the window that are answered at once; default 10 */
+  free: number;
   /** ms; default 60000 */
   windowMs: number;
+  /** how long each further 401 to that address is held back, ms; default 1000 */
+  delayMs: number;
 }
 
-export const DEFAULT_FAILURE_LIMIT: FailureLimit = Object.freeze({ max: 20, windowMs: 60_000 });
+export const DEFAULT_FAILURE_POLICY: FailurePolicy = Object.freeze({
+  free: 10,
+  windowMs: 60_000,
+  delayMs: 1000,
+});
 /** Addresses tracked at once; the oldest is forgotten first, so memory stays bounded under a flood. */
 const MAX_TRACKED_ADDRESSES = 10_000;
 
 /**
- * Counts failed authentications per client address. Past the limit every request from that
- * address is 429 until the window ends, whatever key it carries: letting a right guess through
- * would tell a guesser when it has won.
+ * Failed authentications per client address within a window. One instance counts for the whole
+ * service instance: the primary holds it for its workers (src/service/primary-link.ts), so the
+ * count does not depend on how connections are spread over the workers.
  */
-export class FailedAuthLimiter {
-  private readonly limit: FailureLimit;
+export class FailureWindows {
+  private readonly windowMs: number;
   private readonly windows = new Map<string, { start: number; failures: number }>();
 
-  constructor(limit: FailureLimit = DEFAULT_FAILURE_LIMIT) {
-    this.limit = limit;
+  constructor(windowMs = DEFAULT_FAILURE_POLICY.windowMs) {
+    this.windowMs = windowMs;
   }
 
-  /** Seconds until the address may try again, or 0 when it may try now. */
-  blockedFor(address: string, now = Date.now()): number {
+  /** Counts one failure; returns the failures of this address in its current window. */
+  record(address: string, now = Date.now()): number {
     const window = this.windows.get(address);
-    if (!window || now - window.start >= this.limit.windowMs) return 0;
-    if (window.failures < this.limit.max) return 0;
-    return Math.ceil((window.start + this.limit.windowMs - now) / 1000);
-  }
-
-  recordFailure(address: string, now = Date.now()): void {
-    const window = this.windows.get(address);
-    if (window && now - window.start < this.limit.windowMs) {
-      window.failures++;
-      return;
-    }
+    if (window && now - window.start < this.windowMs) return ++window.failures;
     this.windows.delete(address);
     if (this.windows.size >= MAX_TRACKED_ADDRESSES) this.windows.delete(this.windows.keys().next().value!);
     this.windows.set(address, { start: now, failures: 1 });
+    return 1;
   }
 }
+
+/** The key the request carries: X-API-Key, else an `Authorization: Bearer` token. */
+export function presentedKey(request: FastifyRequest): string | undefined {
+  const header = request.headers['x-api-key'];
+  if (typeof header === 'string') return header;
+  const bearer = /^Bearer +(\S+) *$/i.exec(request.headers.authorization ?? '');
+  return bearer?.[1];
+}
+/** Counts a failure where the instance keeps its count; resolves the address's count. */
+export type FailureCounter = (address: string) => Promise<number>;
 
 /** True when the request may pass: no key configured, a public endpoint, or the right key. */
 export function presentsKey(apiKey: string, request: FastifyRequest): boolean {
   if (!apiKey || isPublic(request)) return true;
-  const presented = request.headers['x-api-key'];
-  return typeof presented === 'string' && keysMatch(digest(apiKey), presented);
+  const presented = presentedKey(request);
+  return presented !== undefined && keysMatch(digest(apiKey), presented);
 }
 
-/** An onRequest hook, or undefined when no key is configured (the API is open). */
-export function apiKeyHook(apiKey: string, limiter = new FailedAuthLimiter()) {
+/**
+ * An onRequest hook, or undefined when no key is configured (the API is open). A missing or wrong
+ * key is 401, always; the right key is never refused or delayed. Past `policy.free` failures from
+ * one address within the window, each further 401 to it is held back `policy.delayMs`, so a
+ * guesser gets one try a second per connection, while a client with the key is unaffected.
+ */
+export function apiKeyHook(
+  apiKey: string,
+  options: {
+    policy?: FailurePolicy;
+    count?: FailureCounter;
+    /** told of each refused request (it logs them) */
+    onRefused?: (request: FastifyRequest) => void;
+  } = {},
+) {
   if (!apiKey) return undefined;
   const expected = digest(apiKey);
-  return async (request: FastifyRequest, reply: FastifyReply) => {
+  const policy = options.policy ?? DEFAULT_FAILURE_POLICY;
+  const local = new FailureWindows(policy.windowMs);
+  const count = options.count ?? (async (address: string) => local.record(address));
+  return async (request: FastifyRequest) => {
     if (isPublic(request)) return;
-    const wait = limiter.blockedFor(request.ip);
-    if (wait > 0) {
-      reply.header('retry-after', String(wait));
-      throw new ServiceError('too_many_requests', `too many failed authentications; try again in ${wait} s`);
-    }
-    const presented = request.headers['x-api-key'];
-    if (typeof presented !== 'string' || !keysMatch(expected, presented)) {
-      limiter.recordFailure(request.ip);
-      throw new ServiceError('unauthorized', 'missing or invalid X-API-Key header');
-    }
+    const presented = presentedKey(request);
+    if (presented !== undefined && keysMatch(expected, presented)) return;
+    options.onRefused?.(request);
+    const failures = await count(request.ip).catch(() => 0);
+    if (failures > policy.free) await new Promise((resolve) => setTimeout(resolve, policy.delayMs));
+    throw new ServiceError('unauthorized', 'missing or invalid X-API-Key header');
   };
 }

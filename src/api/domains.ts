@@ -38,7 +38,17 @@ export function normaliseDomainName(input: string): string | undefined {
   return ascii;
 }
 
-export const domainRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+/** What the resources that change routing need: the store, and whom to tell of a change. */
+export interface RoutingResourceOptions {
+  store: Store;
+  /** resolves once every process of this instance routes by the change (see buildApp) */
+  routingChanged: () => Promise<void>;
+}
+
+export const domainRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
+  app,
+  { store, routingChanged },
+) => {
   app.get('/domains', async () => (await listDomains(store)).map(toDomainView));
 
   app.post<{ Body: { name: string } }>(
@@ -65,6 +75,7 @@ export const domainRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { 
         throw new ServiceError('domain_exists', `domain ${name} already exists`);
       try {
         const doc = await createDomain(store, name);
+        await routingChanged();
         return reply.code(201).send(toDomainView(doc));
       } catch (err) {
         if (isDuplicateKey(err)) throw new ServiceError('domain_exists', `domain ${name} already exists`);
@@ -77,6 +88,7 @@ export const domainRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { 
     if (!(await deleteDomain(store, request.params.id))) {
       throw new ServiceError('not_found', `domain ${request.params.id} not found`);
     }
+    await routingChanged();
     return reply.code(204).send();
   });
 };

@@ -2,13 +2,44 @@
 // dead-lettered messages; the stored original.
 import type { FastifyPluginAsync } from 'fastify';
 import { STATES } from '../actor/machine.ts';
+import type { ReplayOutcome } from '../actor/system.ts';
 import { ServiceError } from '../errors/catalog.ts';
-import { getMessage, listMessages, type MessageDoc, type MessageQuery } from '../store/messages.ts';
+import { EVENTS } from '../log/events.ts';
+import { isId } from '../store/ids.ts';
+import type { MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawStream } from '../store/raw.ts';
+import { getMessage, listMessages, type MessageQuery } from '../store/reads.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
+/** most messages one POST /messages/retry replays */
+export const MAX_BULK_RETRY = 1000;
+const BULK_RETRY_CONCURRENCY = 8;
+const DOMAIN_FILTER = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 253,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*$',
+};
+
+interface BulkRetryBody {
+  state?: 'dlq' | 'failed';
+  domain?: string;
+  limit?: number;
+}
+
+/** A query number: plain decimal digits only (no `0x10`, `1e1`, `+5` or ` 1`), then the range. */
+function decimal(minimum: number, maximum: number, fallback: number) {
+  return {
+    default: fallback,
+    allOf: [
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, not a thenable
+      { if: { type: 'string' }, then: { type: 'string', pattern: '^[0-9]+$' } },
+      { type: 'integer', minimum, maximum },
+    ],
+  };
+}
 
 export interface MessageView {
   id: string;
@@ -64,7 +95,7 @@ export function toMessageDetail(doc: MessageDoc) {
 
 interface Options {
   store: Store;
-  replay?: ((id: string) => Promise<'ok' | 'not_found' | 'invalid_state'>) | undefined;
+  replay?: ((id: string) => Promise<ReplayOutcome>) | undefined;
 }
 
 export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, replay }) => {
@@ -76,16 +107,17 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
           type: 'object',
           additionalProperties: false,
           properties: {
-            limit: { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 50 },
-            offset: { type: 'integer', minimum: 0, maximum: MAX_OFFSET, default: 0 },
+            limit: decimal(1, MAX_LIMIT, 50),
+            offset: decimal(0, MAX_OFFSET, 0),
             state: { type: 'string', enum: [...STATES] },
-            domain: { type: 'string', minLength: 1, maxLength: 253, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
+            domain: { ...DOMAIN_FILTER },
+            before: { type: 'string', minLength: 1, maxLength: 64 },
           },
         },
       },
     },
-    async (request) => {
-      const { limit, offset, state, domain } = request.query;
+    async (request, reply) => {
+      const { limit, offset, state, domain, before } = request.query;
       // coercion turns "Infinity" or "1e309" into a number the range checks let through
       if (!Number.isSafeInteger(limit) || !Number.isSafeInteger(offset)) {
         throw new ServiceError('invalid_query', 'limit and offset must be whole numbers');
@@ -93,7 +125,19 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
       const query: MessageQuery = { limit, offset };
       if (state) query.state = state;
       if (domain) query.domain = domain.toLowerCase();
-      return (await listMessages(store, query)).map(toMessageView);
+      if (before !== undefined) {
+        if (!isId('m', before)) throw new ServiceError('invalid_query', 'before must be a message id');
+        query.before = before;
+      }
+      const page = await listMessages(store, query);
+      // the next page by keyset (cheap at any depth): the same query, before the last id of this one
+      if (page.length === limit) {
+        const next = new URLSearchParams(request.query as unknown as Record<string, string>);
+        next.delete('offset');
+        next.set('before', page[page.length - 1]!._id);
+        reply.header('link', `</messages?${next}>; rel="next"`);
+      }
+      return page.map(toMessageView);
     },
   );
 
@@ -106,18 +150,84 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
   app.get<{ Params: { id: string } }>('/messages/:id/raw', async (request, reply) => {
     const doc = await getMessage(store, request.params.id);
     if (!doc) throw new ServiceError('not_found', `message ${request.params.id} not found`);
-    return reply.type('message/rfc822').send(await openRawStream(store, doc.raw_id));
+    const raw = await openRawStream(store, doc);
+    if (!raw)
+      throw new ServiceError(
+        'raw_expired',
+        `the raw bytes of message ${doc._id} are no longer kept (RAW_RETENTION); its record remains`,
+      );
+    return reply.type('message/rfc822').send(raw);
   });
 
-  app.post<{ Params: { id: string } }>('/messages/:id/retry', async (request, reply) => {
-    if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
-    const outcome = await replay(request.params.id);
-    if (outcome === 'not_found')
-      throw new ServiceError('not_found', `message ${request.params.id} not found`);
-    if (outcome === 'invalid_state') {
-      throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
+  // bulk replay: the messages the listing would show for the filter (newest first, at most
+  // `limit`), each replayed as POST /messages/{id}/retry would; those that moved on meanwhile are
+  // skipped. Replayed messages leave the filter's state, so calling again takes the next ones.
+  app.post<{ Body: BulkRetryBody }>(
+    '/messages/retry',
+    {
+      // no body at all means the defaults
+      preValidation: async (request) => {
+        request.body ??= {};
+      },
+      schema: {
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            state: { type: 'string', enum: ['dlq', 'failed'], default: 'dlq' },
+            domain: { ...DOMAIN_FILTER },
+            limit: { type: 'integer', minimum: 1, maximum: MAX_BULK_RETRY, default: 100 },
+          },
+        },
+      },
+    },
+    async (request) => {
+      if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
+      const { state, domain, limit } = request.body;
+      const query: MessageQuery = { limit: limit ?? 100, offset: 0, state: state ?? 'dlq' };
+      if (domain) query.domain = domain.toLowerCase();
+      const found = await listMessages(store, query);
+      let requeued = 0;
+      for (let i = 0; i < found.length; i += BULK_RETRY_CONCURRENCY) {
+        const outcomes = await Promise.all(
+          found.slice(i, i + BULK_RETRY_CONCURRENCY).map((doc) => replay(doc._id)),
+        );
+        requeued += outcomes.filter((outcome) => outcome === 'ok').length;
+      }
+      request.log.info(
+        { event: EVENTS.messagesRequeued, matched: found.length, requeued, state: query.state },
+        'bulk replay',
+      );
+      return { matched: found.length, requeued };
+    },
+  );
+
+  // no body, or an empty object: a field here would be ignored, and the API ignores none
+  const noFields = async (request: { body: unknown }) => {
+    const body = request.body;
+    if (body === undefined || body === null) return;
+    if (typeof body !== 'object' || Array.isArray(body) || Object.keys(body).length > 0) {
+      throw new ServiceError('invalid_request', 'this request takes no body fields');
     }
-    const doc = await getMessage(store, request.params.id);
-    return reply.code(202).send(doc ? toMessageDetail(doc) : undefined);
-  });
+  };
+  app.post<{ Params: { id: string } }>(
+    '/messages/:id/retry',
+    { preValidation: noFields },
+    async (request, reply) => {
+      if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
+      const outcome = await replay(request.params.id);
+      if (outcome === 'not_found')
+        throw new ServiceError('not_found', `message ${request.params.id} not found`);
+      if (outcome === 'raw_expired')
+        throw new ServiceError(
+          'raw_expired',
+          'its raw bytes are no longer kept (RAW_RETENTION): it cannot be parsed again',
+        );
+      if (outcome === 'invalid_state') {
+        throw new ServiceError('invalid_state', 'only a message in state dlq or failed can be retried');
+      }
+      const doc = await getMessage(store, request.params.id);
+      return reply.code(202).send(doc ? toMessageDetail(doc) : undefined);
+    },
+  );
 };

@@ -2,11 +2,12 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
-import { parseRecipientPattern } from '../route/pattern.ts';
+import { RouteDirectory } from '../route/directory.ts';
+import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
+import { type PatternKind, parseRecipientPattern } from '../route/pattern.ts';
 import { findDomainByName } from '../store/domains.ts';
-import type { Store } from '../store/mongo.ts';
-import { createRoute, deleteRoute, listRoutes, type RouteDoc } from '../store/routes.ts';
-import { normaliseDomainName } from './domains.ts';
+import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {
   id: string;
@@ -14,6 +15,7 @@ export interface RouteView {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: true;
   created_at: string;
 }
 
@@ -24,6 +26,7 @@ export function toRouteView(doc: RouteDoc): RouteView {
     recipient_pattern: doc.recipient_pattern,
     webhook_url: doc.webhook_url,
     ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    ...(doc.dmarc_reject ? { dmarc_reject: true as const } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -57,10 +60,78 @@ interface CreateRouteBody {
   recipient_pattern: string;
   webhook_url: string;
   webhook_secret?: string;
+  dmarc_reject?: boolean;
 }
 
-export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { store }) => {
+const KIND_NAMES: Readonly<Record<PatternKind, string>> = Object.freeze({
+  exact: 'exact',
+  plus: 'plus-addressing',
+  regex: 'regex',
+  wildcard: 'wildcard',
+});
+
+/** Why `address` goes where it goes, in the words an operator needs (SMTP reply included). */
+export async function explainMatch(directory: RouteDirectory, input: string) {
+  const address = input.trim().toLowerCase();
+  const at = address.lastIndexOf('@');
+  if (at <= 0 || at === address.length - 1 || address.length > MAX_ADDRESS_LENGTH) {
+    throw new ServiceError('invalid_query', 'address must be an email address such as alice@example.com');
+  }
+  const domain = address.slice(at + 1);
+  if (!(await directory.servesDomain(domain))) {
+    return {
+      address,
+      domain_registered: false,
+      matched: false,
+      reason: `${domain} is not a registered domain: mail to this address is refused with 550 5.7.1`,
+    };
+  }
+  const found = await directory.match(address);
+  if (!found) {
+    return {
+      address,
+      domain_registered: true,
+      matched: false,
+      reason: `no route of ${domain} matches this address: mail to it is refused with 550 5.1.1`,
+    };
+  }
+  const kind = KIND_NAMES[found.route.kind];
+  const scope = found.route.scope === 'local' ? 'the local part' : 'the whole address';
+  return {
+    address,
+    domain_registered: true,
+    matched: true,
+    route: toRouteView(found.route),
+    kind: found.route.kind,
+    ...(found.plusTag !== undefined ? { plus_tag: found.plusTag } : {}),
+    reason:
+      `the ${kind} pattern ${JSON.stringify(found.route.recipient_pattern)} matches ${scope}; ` +
+      'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind',
+  };
+}
+
+export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions> = async (
+  app,
+  { store, routingChanged },
+) => {
+  // the tester must see a route created a moment ago: a directory that reloads on every question
+  const directory = new RouteDirectory(store, { ttlMs: 0 });
   app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
+
+  app.get<{ Querystring: { address: string } }>(
+    '/routes/match',
+    {
+      schema: {
+        querystring: {
+          type: 'object',
+          required: ['address'],
+          additionalProperties: false,
+          properties: { address: { type: 'string', minLength: 1, maxLength: 1000 } },
+        },
+      },
+    },
+    async (request) => explainMatch(directory, request.query.address),
+  );
 
   app.post<{ Body: CreateRouteBody }>(
     '/routes',
@@ -75,6 +146,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
             recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
             webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
             webhook_secret: { type: 'string', maxLength: 1024 },
+            dmarc_reject: { type: 'boolean' },
           },
         },
       },
@@ -110,6 +182,20 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
       }
       const pattern = parseRecipientPattern(body.recipient_pattern, domain);
       if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+      // a second route for the same pattern could never match: refused rather than kept as a trap.
+      // `alice` and `alice@<its domain>` are the same pattern written two ways.
+      const { pattern: text, kind, scope } = pattern.value;
+      const sameText =
+        kind === 'regex'
+          ? [text]
+          : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
+      const existing = await findRouteByPattern(store, domain, sameText);
+      if (existing) {
+        throw new ServiceError(
+          'route_exists',
+          `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
+        );
+      }
       const doc = await createRoute(store, {
         domain,
         recipient_pattern: pattern.value.pattern,
@@ -117,7 +203,9 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
         scope: pattern.value.scope,
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+        ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
       });
+      await routingChanged();
       return reply.code(201).send(toRouteView(doc));
     },
   );
@@ -126,6 +214,7 @@ export const routeRoutes: FastifyPluginAsync<{ store: Store }> = async (app, { s
     if (!(await deleteRoute(store, request.params.id))) {
       throw new ServiceError('not_found', `route ${request.params.id} not found`);
     }
+    await routingChanged();
     return reply.code(204).send();
   });
 };

@@ -1,9 +1,11 @@
 // The one configuration schema: every setting with its env name, flag name, default and check.
 // Precedence: defaults < environment < command-line flags. Parsed once at startup, every problem
 // listed in one go, the result frozen.
+import { isIP } from 'node:net';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { formatDuration, parseDuration, parseSize } from './units.ts';
+import { VERSION } from './version.ts';
 
 type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 
@@ -47,7 +49,7 @@ function integer(min: number, max: number) {
 function duration(minMs: number, maxMs: number) {
   return (value: string): Parsed<number> => {
     const ms = parseDuration(value);
-    if (ms === undefined) return bad('must be a duration such as 500ms, 30s, 5m or 1h');
+    if (ms === undefined) return bad('must be a duration such as 500ms, 30s, 5m, 1h or 7d');
     if (ms < minMs || ms > maxMs)
       return bad(`must be between ${formatDuration(minMs)} and ${formatDuration(maxMs)}`);
     return ok(ms);
@@ -91,6 +93,38 @@ function boolean(value: string): Parsed<boolean> {
   return bad('must be true or false');
 }
 
+/** Comma-separated IP addresses or CIDR ranges (IPv4 or IPv6). */
+function addressList(value: string): Parsed<readonly string[]> {
+  const entries = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  for (const entry of entries) {
+    const [address = '', prefix, ...rest] = entry.split('/');
+    const family = isIP(address);
+    const bits = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= bits);
+    if (family === 0 || !prefixOk || rest.length > 0)
+      return bad(
+        `"${entry}" is not an IP address or CIDR range (a comma-separated list such as 10.0.0.1,fd00::/8)`,
+      );
+  }
+  return ok(Object.freeze(entries));
+}
+
+function dnsServerList(value: string): Parsed<readonly string[]> {
+  const servers = value
+    .split(',')
+    .map((part) => part.trim())
+    .filter((part) => part !== '');
+  if (servers.length > 8) return bad('must list at most 8 servers');
+  for (const server of servers) {
+    const address = server.replace(/^\[([^\]]+)\](:\d+)?$/, '$1').replace(/^([\d.]+):\d+$/, '$1');
+    if (isIP(address) === 0) return bad(`"${server}" is not an IP address (with an optional :port)`);
+  }
+  return ok(Object.freeze(servers));
+}
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 export const SETTINGS = Object.freeze({
@@ -127,6 +161,15 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 8080,
     parse: port,
   } satisfies Setting<number>,
+  trustProxy: {
+    env: 'TRUST_PROXY',
+    flag: 'trust-proxy',
+    defaultText: 'empty (the TCP peer is the client)',
+    description:
+      'Addresses or CIDR ranges of the proxies in front of the API: from them, the client address is taken from X-Forwarded-For (it counts failed authentications)',
+    defaultValue: (): readonly string[] => Object.freeze([]),
+    parse: addressList,
+  } satisfies Setting<readonly string[]>,
   smtpHost: {
     env: 'SMTP_HOST',
     flag: 'smtp-host',
@@ -223,6 +266,24 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 10 * 60_000,
     parse: duration(100, 24 * 3_600_000),
   } satisfies Setting<number>,
+  recordRetention: {
+    env: 'RECORD_RETENTION',
+    flag: 'record-retention',
+    defaultText: '30d',
+    description:
+      'How long records of delivered and dead-lettered messages are kept (whole hours of history are dropped once past it)',
+    defaultValue: () => 30 * 86_400_000,
+    parse: duration(3_600_000, 3650 * 86_400_000),
+  } satisfies Setting<number>,
+  rawRetention: {
+    env: 'RAW_RETENTION',
+    flag: 'raw-retention',
+    defaultText: '7d',
+    description:
+      'How long the raw bytes of messages are kept; after it the record stays and GET /messages/{id}/raw answers 410',
+    defaultValue: () => 7 * 86_400_000,
+    parse: duration(3_600_000, 3650 * 86_400_000),
+  } satisfies Setting<number>,
   leaseTime: {
     env: 'LEASE_TIME',
     flag: 'lease-time',
@@ -247,6 +308,14 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => 'info' as (typeof LOG_LEVELS)[number],
     parse: oneOf(LOG_LEVELS),
   } satisfies Setting<(typeof LOG_LEVELS)[number]>,
+  httpRequestLog: {
+    env: 'HTTP_REQUEST_LOG',
+    flag: 'http-request-log',
+    defaultText: 'true',
+    description: 'Log one line per API request (method, route pattern, status, duration) at info',
+    defaultValue: () => true,
+    parse: boolean,
+  } satisfies Setting<boolean>,
   webhookDenyPrivate: {
     env: 'WEBHOOK_DENY_PRIVATE',
     flag: 'webhook-deny-private',
@@ -255,6 +324,63 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => false,
     parse: boolean,
   } satisfies Setting<boolean>,
+  publicUrl: {
+    env: 'PUBLIC_URL',
+    flag: 'public-url',
+    defaultText:
+      'empty (http://<HTTP_HOST, 127.0.0.1 for 0.0.0.0>:<the API port>: not reachable from outside)',
+    description:
+      'How webhook receivers reach this service: the base of the attachment URLs in payloads (http or https, no query)',
+    defaultValue: () => '',
+    parse: (value) =>
+      /^https?:\/\/[^\s?#]+$/.test(value) && value.length <= 2048
+        ? ok(value.replace(/\/+$/, ''))
+        : bad('must be an absolute http or https URL without query or fragment'),
+  } satisfies Setting<string>,
+  maxInlineAttachment: {
+    env: 'MAX_INLINE_ATTACHMENT',
+    flag: 'max-inline-attachment',
+    defaultText: '5MB',
+    description: 'Largest attachment sent inline (base64) in a payload; a larger one is sent as a signed URL',
+    defaultValue: () => 5 * 1024 * 1024,
+    parse: size(0, 1024 ** 3),
+  } satisfies Setting<number>,
+  maxWebhookBody: {
+    env: 'MAX_WEBHOOK_BODY',
+    flag: 'max-webhook-body',
+    defaultText: '10MB',
+    description:
+      'Largest webhook body wanted: while a body would be larger, its largest inline attachments are sent as URLs instead',
+    defaultValue: () => 10 * 1024 * 1024,
+    parse: size(1024, 1024 ** 3),
+  } satisfies Setting<number>,
+  attachmentUrlTtl: {
+    env: 'ATTACHMENT_URL_TTL',
+    flag: 'attachment-url-ttl',
+    defaultText: '24h',
+    description:
+      'How long an attachment URL in a payload stays valid (counted from the attempt that sent it)',
+    defaultValue: () => 24 * 3_600_000,
+    parse: duration(1000, 30 * 24 * 3_600_000),
+  } satisfies Setting<number>,
+  dnsServers: {
+    env: 'DNS_SERVERS',
+    flag: 'dns-servers',
+    defaultText: "empty (the system's resolvers)",
+    description:
+      'DNS servers for sender authentication (SPF, DKIM, DMARC, ARC): comma-separated addresses, each optionally with :port ([v6]:port)',
+    defaultValue: (): readonly string[] => Object.freeze([]),
+    parse: dnsServerList,
+  } satisfies Setting<readonly string[]>,
+  authDnsBudget: {
+    env: 'AUTH_DNS_BUDGET',
+    flag: 'auth-dns-budget',
+    defaultText: '10s',
+    description:
+      'Time all DNS lookups of one message may take together; past it the unfinished checks are temperror',
+    defaultValue: () => 10_000,
+    parse: duration(100, 60_000),
+  } satisfies Setting<number>,
   statsFile: {
     env: 'STATS_FILE',
     flag: 'stats-file',
@@ -303,9 +429,26 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   }
   if (Boolean(config.smtpTlsCert) !== Boolean(config.smtpTlsKey))
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY: set both or neither');
+  if ((config.rawRetention as number) > (config.recordRetention as number))
+    problems.push('RAW_RETENTION: must not be longer than RECORD_RETENTION (raw bytes without their record)');
 
   if (problems.length > 0) return { ok: false, problems };
   return { ok: true, config: Object.freeze(config) as Config };
+}
+
+/**
+ * The configuration as the start-up line shows it: the API key and any password in MONGODB_URI
+ * replaced by `[redacted]`, durations and sizes as given units.
+ */
+export function describeConfig(config: Config): Record<string, unknown> {
+  const shown: Record<string, unknown> = { ...config };
+  if (config.apiKey) shown.apiKey = '[redacted]';
+  shown.mongodbUri = config.mongodbUri.replace(/^(mongodb(?:\+srv)?:\/\/[^:/@]*):[^@/]*@/, '$1:[redacted]@');
+  shown.retryDelays = config.retryDelays.map(formatDuration);
+  for (const key of ['webhookTimeout', 'smtpIdleTimeout', 'smtpSessionLimit', 'leaseTime'] as const)
+    shown[key] = formatDuration(config[key]);
+  shown.smtpTls = Boolean(config.smtpTlsCert);
+  return shown;
 }
 
 /** Secrets are never echoed back in full. */
@@ -321,8 +464,63 @@ export function configTableMarkdown(): string {
   return ['| env | flag | default | meaning |', '|---|---|---|---|', ...rows].join('\n');
 }
 
-/** For entry files: the config, or every problem on stderr and exit code 2. */
+/** `--help`: every setting on one line (flag, env, default, meaning), then the two info flags. */
+export function helpText(): string {
+  const rows = Object.values(SETTINGS).map((s) => [
+    `--${s.flag} <value>`,
+    s.env,
+    s.defaultText,
+    s.description,
+  ]);
+  const width = (column: number) => Math.max(...rows.map((row) => row[column]!.length));
+  const [flagWidth, envWidth] = [width(0), width(1)];
+  const lines = rows.map(
+    ([flag, env, defaultText, description]) =>
+      `  ${flag!.padEnd(flagWidth)}  ${env!.padEnd(envWidth)}  ${description} (default: ${defaultText})`,
+  );
+  return [
+    `mailroute ${VERSION}: inbound email routing (SMTP in, signed JSON webhooks out)`,
+    '',
+    'Usage: npm start -- [flags]    (or: node workers/primary.ts [flags])',
+    'Every setting is a flag or an environment variable; the flag wins.',
+    '',
+    ...lines,
+    `  ${'--help'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print this and exit`,
+    `  ${'--version'.padEnd(flagWidth)}  ${''.padEnd(envWidth)}  Print the version and exit`,
+    '',
+  ].join('\n');
+}
+
+/** `--help` or `--version` anywhere among the flags (not as another flag's value), if given. */
+export function infoRequest(argv: readonly string[]): 'help' | 'version' | undefined {
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+    help: { type: 'boolean', short: 'h' },
+    version: { type: 'boolean' },
+  };
+  for (const setting of Object.values(SETTINGS)) options[setting.flag] = { type: 'string' };
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options,
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
+  const names = new Set(tokens.filter((token) => token.kind === 'option').map((token) => token.name));
+  if (names.has('help')) return 'help';
+  if (names.has('version')) return 'version';
+  return undefined;
+}
+
+/**
+ * For entry files: the config, or every problem on stderr and exit code 2. `--help` and
+ * `--version` print to stdout and exit 0.
+ */
 export function loadConfigOrExit(argv: readonly string[] = process.argv.slice(2), env = process.env): Config {
+  const info = infoRequest(argv);
+  if (info) {
+    process.stdout.write(info === 'help' ? helpText() : `${VERSION}\n`);
+    process.exit(0);
+  }
   const loaded = loadConfig(argv, env);
   if (loaded.ok) return loaded.config;
   for (const problem of loaded.problems) process.stderr.write(`config: ${problem}\n`);

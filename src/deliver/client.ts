@@ -5,6 +5,8 @@
 import type { Readable } from 'node:stream';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Agent } from 'undici';
+import { USER_AGENT } from '../config/version.ts';
+import { metrics } from '../metrics/metrics.ts';
 import { type AttemptOutcome, classifyError, classifyStatus } from './classify.ts';
 import { DENIED_MESSAGE, guardedLookup, isDeniedAddress } from './destination-guard.ts';
 
@@ -76,10 +78,11 @@ export class WebhookClient {
   /** One POST attempt. Resolves with the classified outcome; never rejects. */
   async post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
     const started = performance.now();
-    const done = (outcome: AttemptOutcome): AttemptResult => ({
-      outcome,
-      durationMs: performance.now() - started,
-    });
+    const done = (outcome: AttemptOutcome): AttemptResult => {
+      const durationMs = performance.now() - started;
+      metrics.webhookAttempt(outcome, durationMs);
+      return { outcome, durationMs };
+    };
 
     let target: URL;
     try {
@@ -107,7 +110,8 @@ export class WebhookClient {
         origin: target.origin,
         path: `${target.pathname}${target.search}`,
         method: 'POST',
-        headers,
+        // receivers log and allow-list senders by it
+        headers: { ...headers, 'user-agent': USER_AGENT },
         body,
         signal: deadline.signal,
       });

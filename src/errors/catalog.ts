@@ -11,7 +11,6 @@ export interface CatalogEntry {
 export const ERRORS = Object.freeze({
   // REST API
   unauthorized: { http: 401, retryable: false },
-  too_many_requests: { http: 429, retryable: true },
   invalid_request: { http: 400, retryable: false },
   invalid_json: { http: 400, retryable: false },
   invalid_query: { http: 400, retryable: false },
@@ -19,9 +18,12 @@ export const ERRORS = Object.freeze({
   unknown_domain: { http: 400, retryable: false },
   invalid_webhook_url: { http: 400, retryable: false },
   invalid_recipient_pattern: { http: 400, retryable: false },
+  forbidden: { http: 403, retryable: false },
   not_found: { http: 404, retryable: false },
   domain_exists: { http: 409, retryable: false },
+  route_exists: { http: 409, retryable: false },
   invalid_state: { http: 409, retryable: false },
+  raw_expired: { http: 410, retryable: false },
   payload_too_large: { http: 413, retryable: false },
   unsupported_media_type: { http: 415, retryable: false },
   service_unavailable: { http: 503, retryable: true },
@@ -55,6 +57,11 @@ export const ERRORS = Object.freeze({
   message_too_big: {
     http: 413,
     smtp: { code: 552, enhanced: '5.3.4', text: 'Message size exceeds fixed maximum message size' },
+    retryable: false,
+  },
+  dmarc_rejected: {
+    http: 403,
+    smtp: { code: 550, enhanced: '5.7.1', text: 'Message rejected by the DMARC policy of the sender domain' },
     retryable: false,
   },
   bad_sequence: {

@@ -8,6 +8,7 @@ const REDACT = [
   'apiKey',
   'config.apiKey',
   'req.headers["x-api-key"]',
+  'req.headers.authorization',
   'headers["x-api-key"]',
   'webhook_secret',
   '*.webhook_secret',
@@ -19,5 +20,7 @@ export function createLogger(level: string, bindings: Record<string, unknown> = 
     level,
     base: { pid: process.pid, ...bindings },
     redact: { paths: REDACT, censor: '[redacted]' },
+    // ISO 8601, readable without a tool; the field is still `time`
+    timestamp: pino.stdTimeFunctions.isoTime,
   });
 }

@@ -4,11 +4,13 @@
 import { performance } from 'node:perf_hooks';
 import type { Attachment, HeaderLines, ParsedMail, SimpleParserOptions } from 'mailparser';
 import { simpleParser } from 'mailparser';
+import { type AttachmentLinks, attachmentUrl } from '../deliver/attachment-url.ts';
 import { deliveryHeaders } from '../deliver/sign.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
 import type { MimeStructure } from './mime-structure.ts';
 import { scanStructure } from './mime-structure.ts';
+import { type AuthRequest, authenticateMessage, type StoredAuth } from './sender-auth.ts';
 
 export interface Envelope {
   mail_from: string;
@@ -30,6 +32,19 @@ export interface ParseInput {
   deliveries: DeliverySpec[];
   /** webhook-timestamp of the attempt these bodies are for; default now */
   timestampSeconds?: number;
+  /** sender authentication: the results stored with the message, or what to check it with here;
+   * absent: the payload has no `auth` */
+  auth?: { stored: StoredAuth } | { check: AuthRequest };
+  /** when attachments go by URL instead of inline; absent: all inline */
+  attachments?: AttachmentPolicy;
+}
+export interface AttachmentPolicy extends AttachmentLinks {
+  /** the message's id, part of each URL */
+  messageId: string;
+  /** largest attachment sent inline, bytes (decoded) */
+  inlineMax: number;
+  /** largest body wanted, bytes: past it the largest inline attachments go by URL */
+  bodyMax: number;
 }
 export interface DeliveryBody {
   key: string;
@@ -44,7 +59,14 @@ export interface MessageSummary {
 }
 export type Unparseable = { ok: false; code: 'unparseable'; message: string };
 export type ParseOutput =
-  | { ok: true; summary: MessageSummary; bodies: DeliveryBody[]; defects: string[] }
+  | {
+      ok: true;
+      summary: MessageSummary;
+      bodies: DeliveryBody[];
+      defects: string[];
+      /** the sender authentication the payload carries (computed here when it was asked to check) */
+      auth?: StoredAuth;
+    }
   | Unparseable;
 
 /**
@@ -96,7 +118,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     if (defects.size >= MAX_DEFECTS) return;
     defects.add(note.length > MAX_DEFECT_LENGTH ? `${note.slice(0, MAX_DEFECT_LENGTH - 1)}…` : note);
   };
-  const read = await readMessage(input.raw, defect);
+  const [read, auth] = await Promise.all([readMessage(input.raw, defect), senderAuth(input)]);
   // Nothing below needs the raw bytes: letting go of them before the bodies are built takes the
   // message's size off the peak (a 20 MB message is otherwise held three times over).
   input.raw = EMPTY;
@@ -132,27 +154,32 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   }
   if (defects.size >= MAX_DEFECTS) defects.add('further defects not listed');
 
-  const envelope: Envelope = { mail_from: input.envelope.mail_from, rcpt_to: [...input.envelope.rcpt_to] };
-
   // Key order is part of the contract: message_id, from, to, subject, text_body, html_body, headers,
-  // attachments, envelope, plus_tag?, received_at. `to` and `plus_tag` are the only per-delivery
-  // fields, so everything between them is encoded once and copied, never re-serialised.
+  // attachments, envelope, auth?, authentication_results?, plus_tag?, received_at. `to`,
+  // `envelope.rcpt_to` and `plus_tag` are the only per-delivery fields, so everything between them
+  // is encoded once and copied, never re-serialised. A delivery names only its own route's
+  // recipients in both `to` and `rcpt_to`: the other recipients (Bcc, other routes, other domains)
+  // are none of its receiver's business.
+  const textLength = textBody.length + htmlBody.length;
   const head = encoder.encode(`{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`);
   const shared: BodyPart[] = [
     encoder.encode(
       `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
         `,"headers":${json(headers)},"attachments":[`,
     ),
-    ...mail.attachments.flatMap(attachmentParts),
-    encoder.encode(`],"envelope":${json(envelope)}`),
+    ...attachmentsParts(mail.attachments, input.attachments, textLength),
+    encoder.encode(`],"envelope":{"mail_from":${json(input.envelope.mail_from)},"rcpt_to":`),
   ];
+  const authJson = auth
+    ? encoder.encode(`,"auth":${json(auth.results)},"authentication_results":${json(auth.header)}`)
+    : EMPTY;
   const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
   const bodies = input.deliveries.map(({ key, to, plusTag, secret }): DeliveryBody => {
     const toJson = encoder.encode(json([...to]));
     const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
-    const body = assemble([head, toJson, ...shared, plusTagJson, tail]);
+    const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, authJson, plusTagJson, tail]);
     const headers = deliveryHeaders({
       webhookId: key,
       timestampSeconds,
@@ -162,7 +189,109 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     return { key, body, headers };
   });
 
-  return { ok: true, summary, bodies, defects: [...defects] };
+  return { ok: true, summary, bodies, defects: [...defects], ...(auth ? { auth } : {}) };
+}
+
+/** The stored results, or the check this thread makes of the raw bytes (before they are let go). */
+async function senderAuth(input: ParseInput): Promise<StoredAuth | undefined> {
+  if (!input.auth) return undefined;
+  if ('stored' in input.auth) return input.auth.stored;
+  return authenticateMessage(asBuffer(input.raw), input.auth.check);
+}
+
+/** Sender authentication alone (the pool's `authenticate` task: the SMTP DMARC policy check). */
+export function authenticateOnly(input: { raw: Uint8Array; check: AuthRequest }): Promise<StoredAuth> {
+  return authenticateMessage(asBuffer(input.raw), input.check);
+}
+
+export type AttachmentOutput =
+  | { ok: true; filename: string; content_type: string; content: Uint8Array }
+  | { ok: false; code: 'unparseable' | 'not_found'; message: string };
+
+/**
+ * Attachment `index` of a stored message (the pool's `attachment` task: GET
+ * /messages/{id}/attachments/{n}), found by the same parse that built the payload, so the index
+ * names the same attachment. The content owns its ArrayBuffer, to be transferred, not copied.
+ */
+export async function extractAttachment(input: {
+  raw: Uint8Array;
+  index: number;
+}): Promise<AttachmentOutput> {
+  const read = await readMessage(input.raw, () => {});
+  input.raw = EMPTY;
+  if (!read.ok) return read;
+  const attachment = read.mail.attachments[input.index];
+  if (!attachment)
+    return { ok: false, code: 'not_found', message: `the message has no attachment ${input.index}` };
+  const bytes = attachment.content;
+  const content =
+    bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength
+      ? new Uint8Array(bytes.buffer, 0, bytes.byteLength)
+      : new Uint8Array(bytes);
+  return {
+    ok: true,
+    filename: attachment.filename ?? '',
+    content_type: declaredContentType(attachment),
+    content,
+  };
+}
+
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+/**
+ * Indexes of the attachments sent by URL: every one over `inlineMax`, then the largest while the
+ * body would still be over `bodyMax` (`bodyBytes`: the body with every attachment inline).
+ */
+export function attachmentsByUrl(
+  sizes: readonly number[],
+  bodyBytes: number,
+  inlineMax: number,
+  bodyMax: number,
+): Set<number> {
+  const byUrl = new Set<number>();
+  let body = bodyBytes;
+  const largestFirst = sizes.map((size, index) => ({ size, index })).sort((a, b) => b.size - a.size);
+  for (const { size, index } of largestFirst) {
+    if (size <= inlineMax && body <= bodyMax) break;
+    byUrl.add(index);
+    body -= base64Length(size);
+  }
+  return byUrl;
+}
+
+/** The `attachments` array's entries, inline or by URL as the policy decides. */
+function attachmentsParts(
+  attachments: readonly Attachment[],
+  policy: AttachmentPolicy | undefined,
+  otherBytes: number,
+): BodyPart[] {
+  const inline = attachments.map(attachmentParts);
+  if (!policy) return inline.flat();
+  // the body's size with every attachment inline, near enough (the text counted as written)
+  const bodyBytes = inline.flat().reduce((sum, part) => sum + partLength(part), otherBytes);
+  const byUrl = attachmentsByUrl(
+    attachments.map((a) => a.content.length),
+    bodyBytes,
+    policy.inlineMax,
+    policy.bodyMax,
+  );
+  return attachments.flatMap((attachment, index) =>
+    byUrl.has(index) ? [attachmentReference(attachment, index, policy)] : inline[index]!,
+  );
+}
+
+// An entry sent by URL: {"filename", "content_type", "size", "url", "expires_at"}, no content.
+function attachmentReference(attachment: Attachment, index: number, policy: AttachmentPolicy): Uint8Array {
+  const { url, expiresAt } = attachmentUrl(policy, policy.messageId, index);
+  return encoder.encode(
+    `${attachmentFields(attachment, index)},"url":${json(url)},"expires_at":${json(expiresAt.toISOString())}}`,
+  );
+}
+
+function base64Length(bytes: number): number {
+  return Math.ceil(bytes / 3) * 4;
 }
 
 /** Parses the raw bytes: the only reader of them, so they die with this frame. */
@@ -252,10 +381,16 @@ function headersObject(fields: readonly HeaderField[]): Record<string, string | 
 
 // An `attachments[]` entry: {"filename", "content_type", "size", "content": base64}, in that order.
 function attachmentParts(attachment: Attachment, index: number): BodyPart[] {
-  const fields =
-    `${index === 0 ? '' : ','}{"filename":${json(attachment.filename ?? '')}` +
-    `,"content_type":${json(declaredContentType(attachment))},"size":${attachment.content.length},"content":"`;
+  const fields = `${attachmentFields(attachment, index)},"content":"`;
   return [encoder.encode(fields), { base64Of: attachment.content }, CLOSE_STRING_AND_OBJECT];
+}
+
+// What an entry starts with, inline or by URL: `{"filename", "content_type", "size"`.
+function attachmentFields(attachment: Attachment, index: number): string {
+  return (
+    `${index === 0 ? '' : ','}{"filename":${json(attachment.filename ?? '')}` +
+    `,"content_type":${json(declaredContentType(attachment))},"size":${attachment.content.length}`
+  );
 }
 
 // The type the sender declared. mailparser's own contentType replaces application/octet-stream with
@@ -282,13 +417,14 @@ function json(value: unknown): string {
 }
 
 const EMPTY = new Uint8Array(0);
+const CLOSE_OBJECT = encoder.encode('}');
 
 const CLOSE_STRING_AND_OBJECT = encoder.encode('"}');
 // a multiple of 3, so every slice's base64 ends without padding and the slices join seamlessly
 const BASE64_SLICE_BYTES = 3 * 64 * 1024;
 
 function partLength(part: BodyPart): number {
-  return part instanceof Uint8Array ? part.byteLength : Math.ceil(part.base64Of.length / 3) * 4;
+  return part instanceof Uint8Array ? part.byteLength : base64Length(part.base64Of.length);
 }
 
 // A fresh, exactly sized buffer per body: each body's ArrayBuffer is transferred to the main thread

@@ -3,7 +3,9 @@
 // runs in piscina workers with a bounded queue and a heap limit sized for the largest message.
 // Infrastructure failures come back as results, never as rejections.
 import { Piscina } from 'piscina';
-import type { ParseInput, ParseOutput } from './payload.ts';
+import { metrics } from '../metrics/metrics.ts';
+import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
+import type { AuthRequest, StoredAuth } from './sender-auth.ts';
 
 export interface ParsePoolOptions {
   threads: number;
@@ -16,14 +18,25 @@ export interface ParsePoolOptions {
    * minutes; default false
    */
   onDemand?: boolean;
+  /**
+   * tasks one thread runs at once (they interleave while they wait, for DNS: sender
+   * authentication); default 1. The heap limit is not raised for it: only for small messages.
+   */
+  tasksPerThread?: number;
 }
 
 // a thread started on demand stays this long after its last task
 const ON_DEMAND_IDLE_MS = 10 * 60_000;
 
-export type PoolParseOutput =
-  | ParseOutput
-  | { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
+export type PoolFailure = { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
+export type PoolParseOutput = ParseOutput | PoolFailure;
+
+/** The tasks of the parse thread (workers/parse-thread.ts), by piscina `name`. */
+interface Tasks {
+  default: { input: ParseInput; output: ParseOutput };
+  authenticate: { input: { raw: Uint8Array; check: AuthRequest }; output: StoredAuth };
+  attachment: { input: { raw: Uint8Array; index: number }; output: AttachmentOutput };
+}
 
 const WORKER_URL = new URL('../../workers/parse-thread.ts', import.meta.url).href;
 
@@ -47,9 +60,9 @@ const NOT_TAKEN_ON: ReadonlySet<string> = new Set([
 ]);
 
 export class ParsePool implements Parser {
-  #pool: Piscina<ParseInput, ParseOutput>;
+  #pool: Piscina;
   #closed: Promise<void> | null = null;
-  /** tasks handed to piscina and not finished: at most its threads plus its queue */
+  /** tasks handed to piscina and not finished: at most its threads × tasks per thread plus its queue */
   #admitted = 0;
   readonly #capacity: number;
   /** callers waiting for a place: a full queue is back-pressure, never a failed parse */
@@ -62,11 +75,13 @@ export class ParsePool implements Parser {
       'maxMessageBytes',
       options.maxMessageBytes ?? DEFAULTS.maxMessageBytes,
     );
-    this.#capacity = threads + maxQueue;
-    this.#pool = new Piscina<ParseInput, ParseOutput>({
+    const tasksPerThread = positiveInteger('tasksPerThread', options.tasksPerThread ?? 1);
+    this.#capacity = threads * tasksPerThread + maxQueue;
+    this.#pool = new Piscina({
       filename: WORKER_URL,
       minThreads: options.onDemand ? 0 : threads,
       maxThreads: threads,
+      concurrentTasksPerWorker: tasksPerThread,
       ...(options.onDemand ? { idleTimeout: ON_DEMAND_IDLE_MS } : {}),
       maxQueue,
       resourceLimits: {
@@ -87,23 +102,50 @@ export class ParsePool implements Parser {
    * A pool_unavailable answer means the task never reached a thread and `input.raw` is untouched.
    * When threads and queue are full, the call waits for a place (messages are not failed for load).
    */
-  async parse(input: ParseInput): Promise<PoolParseOutput> {
+  parse(input: ParseInput): Promise<PoolParseOutput> {
+    return this.#submit('default', input);
+  }
+
+  /** Sender authentication alone (SMTP's DMARC policy check); takes ownership of `raw` as parse does. */
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure> {
+    return this.#submit('authenticate', { raw, check });
+  }
+
+  /** The decoded bytes of attachment `index` of a raw message; takes ownership of `raw`. */
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure> {
+    return this.#submit('attachment', { raw, index });
+  }
+
+  /** Waits for a place (threads and queue full is back-pressure, never a failure), then runs. */
+  async #submit<N extends keyof Tasks>(
+    name: N,
+    input: Tasks[N]['input'],
+  ): Promise<Tasks[N]['output'] | PoolFailure> {
     while (this.#closed === null && this.#admitted >= this.#capacity)
       await new Promise<void>((resolve) => this.#waiting.push(resolve));
     if (this.#closed !== null) return failure('pool_unavailable', 'parse pool is closed');
     this.#admitted++;
     try {
-      return await this.#run(input);
+      return await this.#run(name, input);
     } finally {
       this.#admitted--;
       this.#waiting.shift()?.();
     }
   }
 
-  async #run(input: ParseInput): Promise<PoolParseOutput> {
+  async #run<N extends keyof Tasks>(
+    name: N,
+    input: Tasks[N]['input'],
+  ): Promise<Tasks[N]['output'] | PoolFailure> {
     const raw = ownsWholeBuffer(input.raw) ? input.raw : new Uint8Array(input.raw);
+    const started = performance.now();
     try {
-      return await this.#pool.run({ ...input, raw }, { transferList: [raw.buffer] });
+      const output = (await this.#pool.run(
+        { ...input, raw },
+        { name, transferList: [raw.buffer] },
+      )) as Tasks[N]['output'];
+      if (name === 'default') metrics.parsed(performance.now() - started);
+      return output;
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // queued tasks that close() abandons end here too: the pool went away, the message did not fail
@@ -112,6 +154,11 @@ export class ParsePool implements Parser {
       }
       return failure('worker_crashed', `parse worker failed: ${message}`);
     }
+  }
+
+  /** Messages waiting for a thread: in piscina's queue, and callers waiting for a place in it. */
+  get queued(): number {
+    return this.#pool.queueSize + this.#waiting.length;
   }
 
   /** Waits for running parses, then stops the threads. Safe to call more than once. */
@@ -130,7 +177,7 @@ function ownsWholeBuffer(bytes: Uint8Array): bytes is Uint8Array<ArrayBuffer> {
   );
 }
 
-function failure(code: 'pool_unavailable' | 'worker_crashed', message: string): PoolParseOutput {
+function failure(code: 'pool_unavailable' | 'worker_crashed', message: string): PoolFailure {
   return { ok: false, code, message };
 }
 
@@ -153,10 +200,14 @@ export interface ParseLanesOptions {
 /** What actors parse with: one pool, or lanes of pools. */
 export interface Parser {
   parse(input: ParseInput): Promise<PoolParseOutput>;
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure>;
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure>;
   close(): Promise<void>;
 }
 
 const DEFAULT_LARGE_FROM_BYTES = 256 * 1024;
+/** small-lane tasks one thread interleaves (see ParseLanes) */
+const SMALL_TASKS_PER_THREAD = 8;
 
 /**
  * Small messages and large ones parse on threads of their own. A message with megabytes of
@@ -175,20 +226,40 @@ export class ParseLanes implements Parser {
       options.largeFromBytes ?? DEFAULT_LARGE_FROM_BYTES,
     );
     // the same heap limit in both: a small message can still expand (10,000 parts) in a parse
-    const pool = (onDemand: boolean): ParsePool =>
+    const pool = (onDemand: boolean, tasksPerThread: number): ParsePool =>
       new ParsePool({
         threads: options.threads,
         onDemand,
+        tasksPerThread,
         ...(options.maxMessageBytes === undefined ? {} : { maxMessageBytes: options.maxMessageBytes }),
       });
-    this.#small = pool(false);
+    // A parse waits for sender authentication's DNS answers (up to AUTH_DNS_BUDGET when a server
+    // is silent): small messages share a thread while they wait, so a DNS outage does not cut the
+    // rate to one message per budget. Large ones do not (the heap is sized for one at a time).
+    this.#small = pool(false, SMALL_TASKS_PER_THREAD);
     // on demand: a process starting (a standby replacing a killed worker, on busy cores) boots one
     // parse thread, as before the lanes; the first large message pays the second one's start
-    this.#large = pool(true);
+    this.#large = pool(true, 1);
   }
 
   parse(input: ParseInput): Promise<PoolParseOutput> {
-    return (input.raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small).parse(input);
+    return this.#lane(input.raw).parse(input);
+  }
+
+  authenticate(raw: Uint8Array, check: AuthRequest): Promise<StoredAuth | PoolFailure> {
+    return this.#lane(raw).authenticate(raw, check);
+  }
+
+  attachment(raw: Uint8Array, index: number): Promise<AttachmentOutput | PoolFailure> {
+    return this.#lane(raw).attachment(raw, index);
+  }
+
+  #lane(raw: Uint8Array): ParsePool {
+    return raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small;
+  }
+
+  get queued(): number {
+    return this.#small.queued + this.#large.queued;
   }
 
   async close(): Promise<void> {

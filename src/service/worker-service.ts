@@ -2,18 +2,25 @@
 // webhook client and the actors that drive each message. Importable, so tests can run it
 // in-process; workers/worker.ts is its thin entry.
 
-import type { AddressInfo } from 'node:net';
+import cluster from 'node:cluster';
+import { type AddressInfo, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { SMTPServer } from 'smtp-server';
 import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
+import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { answerMetricsCollection } from '../metrics/cluster.ts';
+import { collectProcessMetrics, metrics } from '../metrics/metrics.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
+import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
+import { bumpRoutingVersion } from '../store/routing-version.ts';
+import type { PrimaryLink } from './primary-link.ts';
 
 export interface WorkerService {
   httpPort: number;
@@ -27,6 +34,17 @@ export interface WorkerServiceDeps {
   config: Config;
   store: Store;
   logger: Logger;
+  /** the link to the cluster primary; absent when the service runs alone (in a test process) */
+  link?: PrimaryLink;
+}
+
+/**
+ * Without PUBLIC_URL: the API's own address and port (known once it listens), 127.0.0.1 for a
+ * wildcard address. Reachable from this machine, or the network HTTP_HOST is on; not from outside.
+ */
+export function defaultPublicUrl(httpHost: string, port: number): string {
+  const host = httpHost === '0.0.0.0' || httpHost === '::' || httpHost === '' ? '127.0.0.1' : httpHost;
+  return `http://${isIPv6(host) ? `[${host}]` : host}:${port}`;
 }
 
 /** Parse threads per worker: the cores shared among the workers, at least one each. */
@@ -55,8 +73,28 @@ export async function prepareWorkerService({
   config,
   store,
   logger,
+  link,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
+  collectProcessMetrics(String(cluster.worker?.id ?? 0));
+  answerMetricsCollection();
+  // heard only when the client was opened with monitorCommands (workers/worker.ts does)
+  store.client.on('commandSucceeded', (event) => metrics.dbCommand(event.commandName, event.duration));
+  store.client.on('commandFailed', (event) => metrics.dbCommand(event.commandName, event.duration));
   const directory = new RouteDirectory(store);
+  link?.onInvalidate(() => directory.invalidate());
+  // Before the API answers a change of domains or routes: other instances are told through the
+  // change counter (they poll it), this process drops its snapshot, and through the primary every
+  // other worker of this instance does too and acknowledges it.
+  const routingChanged = async () => {
+    await bumpRoutingVersion(store).catch((err: unknown) =>
+      logger.warn({ err }, 'routing change counter not written: other instances see the change within 2 s'),
+    );
+    directory.invalidate();
+    await link?.routingChanged();
+  };
+  // one key for every process on this database, so any worker verifies any worker's URLs (the
+  // primary makes it at start; a worker run on its own makes it if need be)
+  const urlKey = await serviceKey(store, ATTACHMENT_URL_KEY);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
@@ -73,9 +111,38 @@ export async function prepareWorkerService({
     retryDelays: config.retryDelays,
     leaseMs: config.leaseTime,
     logger,
+    payload: {
+      dnsServers: config.dnsServers,
+      authBudgetMs: config.authDnsBudget,
+      inlineMax: config.maxInlineAttachment,
+      bodyMax: config.maxWebhookBody,
+      links: () => ({
+        publicUrl: config.publicUrl || defaultPublicUrl(config.httpHost, service.httpPort),
+        key: urlKey,
+        ttlMs: config.attachmentUrlTtl,
+      }),
+    },
   });
-  const app = await buildApp({ store, config, logger, replay: (id) => actors.replay(id) });
-  const smtp = createSmtpServer({ config, store, directory, actors, logger });
+  const app = await buildApp({
+    store,
+    config,
+    logger,
+    replay: (id) => actors.replay(id),
+    pool,
+    urlKey,
+    routingChanged,
+    ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
+  });
+  const smtp = createSmtpServer({
+    config,
+    store,
+    directory,
+    actors,
+    logger,
+    auth: { pool, dnsServers: config.dnsServers, budgetMs: config.authDnsBudget },
+  });
+  metrics.watchSmtpConnections(() => smtp.connections.size);
+  metrics.watchParseQueue(() => pool.queued);
 
   let listening = false;
   const service: PreparedWorkerService = {
@@ -83,7 +150,18 @@ export async function prepareWorkerService({
     smtpPort: 0,
     actors,
     async listen() {
-      await app.listen({ host: config.httpHost, port: config.httpPort });
+      // a standby's snapshot may predate other instances' changes
+      directory.invalidate();
+      directory.watch();
+      // Fastify logs a line per interface the address covers (0.0.0.0: every one); this process
+      // says it once, below, with both ports
+      const level = app.log.level;
+      app.log.level = 'warn';
+      try {
+        await app.listen({ host: config.httpHost, port: config.httpPort });
+      } finally {
+        app.log.level = level;
+      }
       await new Promise<void>((resolve, reject) => {
         smtp.once('error', reject);
         smtp.listen(config.smtpPort, config.smtpHost, () => {
@@ -97,6 +175,10 @@ export async function prepareWorkerService({
       actors.start();
       service.httpPort = (app.server.address() as AddressInfo).port;
       service.smtpPort = (smtp.server.address() as AddressInfo).port;
+      logger.info(
+        { event: EVENTS.serverListening, http_port: service.httpPort, smtp_port: service.smtpPort },
+        `Server listening at http://${config.httpHost}:${service.httpPort}, SMTP on port ${service.smtpPort}`,
+      );
     },
     stop,
   };
@@ -104,11 +186,23 @@ export async function prepareWorkerService({
   let stopping: Promise<void> | undefined;
   function stop(): Promise<void> {
     stopping ??= (async () => {
+      // what the shutdown waits for, when it waits: said before it waits
+      if (smtp.connections.size > 0 || actors.size > 0) {
+        logger.info(
+          {
+            event: EVENTS.serviceWaiting,
+            smtp_sessions: smtp.connections.size,
+            messages_in_flight: actors.size,
+          },
+          'waiting for SMTP sessions and deliveries in flight',
+        );
+      }
       // stop taking mail first: sessions in progress may finish for CLOSE_TIMEOUT_MS, then get 421
       const smtpClosed = listening ? closeSmtpGracefully(smtp, CLOSE_TIMEOUT_MS) : Promise.resolve();
       await actors.stop(Math.min(config.webhookTimeout + 2000, 25_000));
       await smtpClosed;
       await app.close();
+      directory.stop();
       await pool.close();
       await client.close();
     })();

@@ -10,12 +10,34 @@ type Send = (code: number, data: unknown, context?: unknown) => void;
 
 let installed = false;
 
+/** The session of the connection a reply goes to (what smtp-server keeps on it). */
+export interface ConnectionLike {
+  session: import('smtp-server').SMTPServerSession;
+}
+
+/**
+ * Told of the refusals smtp-server sends by itself, before any of our callbacks runs: today the
+ * 552 for a SIZE= announced in MAIL FROM over the limit.
+ */
+let onLibraryRefusal: ((connection: ConnectionLike, reply: string) => void) | undefined;
+
+export function observeLibraryRefusals(listener: (connection: ConnectionLike, reply: string) => void): void {
+  onLibraryRefusal = listener;
+}
+
 export function useOwnEnhancedCodes(): void {
   if (installed) return;
   installed = true;
   const proto = SMTPConnection.prototype as unknown as { send: Send };
   const librarySend = proto.send;
   proto.send = function send(this: unknown, code, data, context) {
+    // at MAIL FROM the sender is not set yet; at the end of DATA it is, and onData reports that one
+    if (
+      code === 552 &&
+      context === 'MESSAGE_TOO_BIG' &&
+      !(this as ConnectionLike).session?.envelope?.mailFrom
+    )
+      onLibraryRefusal?.(this as ConnectionLike, `552 5.3.4 ${String(data)}`);
     const match = typeof data === 'string' && context === undefined ? ENHANCED_PREFIX.exec(data) : null;
     if (match && match[1] === String(code)[0]) return librarySend.call(this, code, data, false);
     return librarySend.call(this, code, data, context);

@@ -1,6 +1,6 @@
 // The inbound MX: smtp-server set up for receiving (no AUTH, no relaying), recipients checked
-// against the domains and routes at RCPT time, and the receive path: the exact bytes to GridFS
-// and the message record to MongoDB, both durable, before the 250. Any storage failure is 451, so
+// against the domains and routes at RCPT time, and the receive path: the exact bytes (raw.ts) and
+// the message record (the working set), both durable, before the 250. Any storage failure is 451, so
 // the sending MTA tries again later: an outage never turns into bounces.
 import { readFileSync } from 'node:fs';
 import {
@@ -11,22 +11,32 @@ import {
 } from 'smtp-server';
 import type { ActorSystem } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
-import { smtpError } from '../errors/catalog.ts';
+import { type ErrorCode, ServiceError, smtpError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics, type SmtpReason } from '../metrics/metrics.ts';
+import type { Parser } from '../parse/pool.ts';
+import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { newId } from '../store/ids.ts';
 import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawUpload, type RawUpload } from '../store/raw.ts';
 import { withDeadline } from '../util/deadline.ts';
-import { useOwnEnhancedCodes } from './replies.ts';
+import { observeLibraryRefusals, useOwnEnhancedCodes } from './replies.ts';
 
 export const MAX_RECIPIENTS = 100;
 /** How long storing one message may take before the sender is told to try again (451). */
 export const STORE_DEADLINE_MS = 20_000;
 /** How long sessions in progress may go on after shutdown begins before they are closed with 421. */
 export const CLOSE_TIMEOUT_MS = 10_000;
+
+/** Sender authentication before the 250: only for a message one of whose routes refuses DMARC failures. */
+export interface SmtpAuthCheck {
+  pool: Pick<Parser, 'authenticate'>;
+  dnsServers: readonly string[];
+  budgetMs: number;
+}
 
 export interface SmtpDeps {
   config: Pick<
@@ -43,7 +53,26 @@ export interface SmtpDeps {
   directory: RouteDirectory;
   actors: ActorSystem;
   logger: Logger;
+  /** absent: no route's DMARC policy is applied at SMTP time */
+  auth?: SmtpAuthCheck;
 }
+
+/** The client as SPF sees it: an IPv4 address as such, not IPv4-mapped IPv6 (a dual-stack listener). */
+function clientOf(session: SMTPServerSession): { ip: string; helo: string } {
+  return {
+    ip: session.remoteAddress.replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/i, ''),
+    helo: session.hostNameAppearsAs ?? '',
+  };
+}
+
+/** The catalog entry each refusal is answered with. */
+const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted'>, ErrorCode>> = Object.freeze({
+  unknown_domain: 'relay_denied',
+  no_route: 'no_such_recipient',
+  too_big: 'message_too_big',
+  too_many_recipients: 'too_many_recipients',
+  storage_unavailable: 'storage_unavailable',
+});
 
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
@@ -57,14 +86,39 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
     : undefined;
 
+  /** A refusal, counted and logged at info with who sent what to whom and what they were told. */
+  function refuse(
+    session: SMTPServerSession,
+    reason: Exclude<SmtpReason, 'accepted'>,
+    recipient?: string,
+    sent?: string,
+  ): ServiceError {
+    const code = REFUSALS[reason];
+    const reply = smtpError(code);
+    metrics.smtpReply(reason);
+    log.info(
+      {
+        event: EVENTS.smtpRejected,
+        reason,
+        client: session.remoteAddress,
+        mail_from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+        ...(recipient !== undefined ? { rcpt_to: recipient } : {}),
+        reply: sent ?? `${reply.responseCode} ${reply.message}`,
+      },
+      'refused',
+    );
+    return reply;
+  }
+
   /** Writes the message record once its bytes are stored: after this, the 250. */
   async function record(
     id: string,
     upload: RawUpload,
     whole: Buffer,
     session: SMTPServerSession,
+    auth: StoredAuth | undefined,
   ): Promise<MessageDoc> {
-    const rawId = await upload.finish(whole);
+    await upload.finish(whole);
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
@@ -79,7 +133,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
       domains: [...new Set(rcptTo.map(domainOf))],
       size: whole.length,
-      raw_id: rawId,
+      client: clientOf(session),
+      ...(auth ? { auth } : {}),
       // stored, then placed in this process's queue: both states hold once the insert is durable
       history: [
         { state: 'accepted', at: receivedAt, detail: `from ${session.remoteAddress}` },
@@ -97,11 +152,45 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     return doc;
   }
 
+  /**
+   * When a route of the message refuses DMARC failures, sender authentication runs now, before
+   * the 250 (in the parse pool): a DMARC fail under the sender domain's p=reject is refused with
+   * 550 5.7.1 and the reason; otherwise its results are stored with the message. Without such a
+   * route nothing runs here (the check is made with the parse).
+   */
+  async function dmarcCheck(whole: Buffer, session: SMTPServerSession): Promise<StoredAuth | undefined> {
+    const check = deps.auth;
+    if (!check) return undefined;
+    const routes = await Promise.all(
+      session.envelope.rcptTo.map((r) => directory.match(r.address.toLowerCase())),
+    );
+    if (!routes.some((found) => found?.route.dmarc_reject)) return undefined;
+    // a copy: the pool takes its input over, and these bytes are still to be stored and parsed
+    const outcome = await check.pool.authenticate(new Uint8Array(whole), {
+      ...clientOf(session),
+      mailFrom: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+      dnsServers: check.dnsServers,
+      // within the time storing may take, so that a slow DNS never turns into a 451
+      budgetMs: Math.min(check.budgetMs, STORE_DEADLINE_MS / 2),
+    });
+    // the pool failed, not the message: accept, and let the parse check it as usual
+    if ('ok' in outcome) return undefined;
+    const { dmarc } = outcome.results;
+    if (dmarc.result === 'fail' && dmarc.policy === 'reject') {
+      throw smtpError(
+        'dmarc_rejected',
+        `DMARC: ${dmarc.domain} asks receivers to reject mail that fails its DMARC check, and this message fails it`,
+      );
+    }
+    return outcome;
+  }
+
   const options: SMTPServerOptions = {
     banner: 'mailroute inbound MX',
     size: config.maxMessageSize,
-    rejectOversized: true,
-    maxRecipients: MAX_RECIPIENTS,
+    // onData answers an oversized message itself (552 5.3.4 from the catalog): what is sent is what is logged
+    rejectOversized: false,
+    // the 101st recipient is refused in onRcptTo: counted and logged like every refusal
     hideENHANCEDSTATUSCODES: false,
     hideSMTPUTF8: false,
     hide8BITMIME: false,
@@ -115,21 +204,27 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     logger: false,
     ...(tls ?? {}),
 
-    onRcptTo(address, _session, callback) {
+    onConnect(_session, callback) {
+      metrics.smtpConnected();
+      callback();
+    },
+
+    onRcptTo(address, session, callback) {
       const recipient = address.address.toLowerCase();
+      const known = session.envelope.rcptTo.some((r) => r.address.toLowerCase() === recipient);
+      if (!known && session.envelope.rcptTo.length >= MAX_RECIPIENTS)
+        return callback(refuse(session, 'too_many_recipients', address.address));
       void (async () => {
         if (!(await directory.servesDomain(domainOf(recipient)))) {
-          log.debug({ event: EVENTS.smtpRejected, reason: 'relay_denied' }, 'recipient domain not served');
-          return callback(smtpError('relay_denied'));
+          return callback(refuse(session, 'unknown_domain', address.address));
         }
         if (!(await directory.match(recipient))) {
-          log.debug({ event: EVENTS.smtpRejected, reason: 'no_such_recipient' }, 'no route for recipient');
-          return callback(smtpError('no_such_recipient'));
+          return callback(refuse(session, 'no_route', address.address));
         }
         callback();
       })().catch((err: unknown) => {
         log.error({ err, event: EVENTS.databaseUnavailable }, 'recipient check failed');
-        callback(smtpError('storage_unavailable'));
+        callback(refuse(session, 'storage_unavailable', address.address));
       });
     },
 
@@ -151,16 +246,17 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         }
       });
       stream.once('end', () => {
+        metrics.smtpBytes(stream.byteLength ?? bytes);
         if (stream.sizeExceeded) {
           void upload.abort();
-          return callback(smtpError('message_too_big'));
+          return callback(refuse(session, 'too_big'));
         }
         // a buffer of its own, so the parse thread can take it over without another copy; the
         // chunks (often slices of larger socket buffers) go now
         const whole = Buffer.concat(chunks, bytes);
         chunks.length = 0;
         withDeadline(
-          record(id, upload, whole, session),
+          dmarcCheck(whole, session).then((auth) => record(id, upload, whole, session, auth)),
           STORE_DEADLINE_MS,
           () => new Error(`storing the message took longer than ${STORE_DEADLINE_MS} ms`),
         ).then(
@@ -169,21 +265,30 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
               { event: EVENTS.smtpAccepted, message: id, size: bytes, recipients: doc.to.length },
               'accepted',
             );
+            metrics.smtpReply('accepted');
             callback(null, `OK: queued as ${id}`);
             actors.adopt(doc, whole);
           },
           (err: unknown) => {
+            if (err instanceof ServiceError && err.code === 'dmarc_rejected') {
+              log.info({ event: EVENTS.smtpRejected, reason: 'dmarc_rejected' }, err.message);
+              void upload.abort();
+              return callback(err);
+            }
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
             void upload.abort();
             // writes in flight may still land in a stalled database: they are removed when it answers
             actors.abandon(id);
-            callback(smtpError('storage_unavailable'));
+            callback(refuse(session, 'storage_unavailable'));
           },
         );
       });
     },
   };
   const server = new SMTPServer(options);
+  observeLibraryRefusals((connection, reply) => {
+    if (server.connections.has(connection as never)) refuse(connection.session, 'too_big', undefined, reply);
+  });
   // the idle timeout alone lets a slow-drip client hold a session forever
   enforceSessionLimit(server, config.smtpSessionLimit);
   return server;

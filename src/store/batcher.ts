@@ -68,3 +68,39 @@ export class Batcher<Op, Result> {
     }
   }
 }
+
+/** One value per owner (a store), made on first use: a connection's batchers are built once. */
+export function memoizePer<Owner extends object, Value>(
+  make: (owner: Owner) => Value,
+): (owner: Owner) => Value {
+  const made = new WeakMap<Owner, Value>();
+  return (owner) => {
+    let value = made.get(owner);
+    if (value === undefined) {
+      value = make(owner);
+      made.set(owner, value);
+    }
+    return value;
+  };
+}
+
+/** A batcher per collection name, for writes spread over the hourly partitions. */
+export class BatcherPerName<Op, Result> {
+  private readonly make: (name: string) => Batcher<Op, Result>;
+  private readonly batchers = new Map<string, Batcher<Op, Result>>();
+
+  constructor(make: (name: string) => Batcher<Op, Result>) {
+    this.make = make;
+  }
+
+  submit(name: string, op: Op): Promise<Result> {
+    let batcher = this.batchers.get(name);
+    if (!batcher) {
+      // a partition an hour: the oldest ones are not written to again
+      if (this.batchers.size >= 48) this.batchers.delete(this.batchers.keys().next().value!);
+      batcher = this.make(name);
+      this.batchers.set(name, batcher);
+    }
+    return batcher.submit(op);
+  }
+}

@@ -24,6 +24,11 @@ export function newId(prefix: IdPrefix, now: number = Date.now()): string {
   return `${prefix}-${lastMs}${String(sequence).padStart(3, '0')}${PROCESS_NUMBER}`;
 }
 
+/** An id for a given moment regardless of the ids made before (seeding a history, tests). */
+export function idAt(prefix: IdPrefix, ms: number, sequence: number): string {
+  return `${prefix}-${ms}${String(sequence % PER_MS).padStart(3, '0')}${PROCESS_NUMBER}`;
+}
+
 export const ID_PATTERN = /^[drm]-\d{22}$/;
 
 /** True when `id` has the form of an id of this kind; anything else cannot exist (a 404, no query). */

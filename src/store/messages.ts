@@ -1,11 +1,13 @@
-// The messages collection: one document per accepted message, with its lifecycle history, its
-// delivery attempts and its deliveries (one per matched route). The raw bytes live in GridFS.
-import type { Filter, ObjectId, UpdateFilter } from 'mongodb';
+// The working set: one document per message in flight (accepted and not yet final), with its
+// lifecycle history, its delivery attempts and its deliveries (one per matched route). A final
+// message moves to its history partition (history.ts); the raw bytes are in raw.ts.
+import type { ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
 import type { MessageState } from '../actor/machine.ts';
+import type { StoredAuth } from '../parse/sender-auth.ts';
 import { Batcher } from './batcher.ts';
-import { isDuplicateKey, isId } from './ids.ts';
-import { insertEach, isTransient, type Store } from './mongo.ts';
+import { isDuplicateKey } from './ids.ts';
+import { insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
 
 export interface HistoryEntry {
   state: MessageState;
@@ -48,7 +50,8 @@ export interface MessageDoc {
   /** recipient domains, for filtering */
   domains: string[];
   size: number;
-  raw_id: ObjectId;
+  /** records of the earlier layout only: where their raw bytes are (now: by the message id) */
+  raw_id?: ObjectId;
   history: HistoryEntry[];
   attempts: AttemptRecord[];
   deliveries: DeliveryDoc[];
@@ -65,9 +68,16 @@ export interface MessageDoc {
   error?: string;
   /** parse-pool failures (a crashed thread, a full queue); past a bound the message is dead-lettered */
   parse_failures?: number;
+  /** the SMTP client: what sender authentication checks SPF against */
+  client?: { ip: string; helo: string };
+  /** sender authentication, computed once (at the parse, or before the 250 when a route's DMARC
+   * policy needed it) and sent as stored on every attempt and replay */
+  auth?: StoredAuth;
   /** takeovers since acceptance or the last replay. Still queued after several means its processing
    * kills the process that tries it: it is dead-lettered rather than crash every process in turn */
   claims?: number;
+  /** how many times an operator replayed it */
+  replays?: number;
 }
 
 export interface LeaseDoc {
@@ -75,32 +85,6 @@ export interface LeaseDoc {
   _id: string;
   owner: string;
   expires_at: Date;
-}
-
-export interface MessageQuery {
-  limit: number;
-  offset: number;
-  state?: MessageState;
-  domain?: string;
-}
-
-/** Newest first: received_at, then id, descending. */
-export function listMessages(store: Store, query: MessageQuery): Promise<MessageDoc[]> {
-  const filter: Filter<MessageDoc> = {};
-  if (query.state) filter.state = query.state;
-  if (query.domain) filter.domains = query.domain;
-  return store.messages
-    .find(filter)
-    .sort({ received_at: -1, _id: -1 })
-    .skip(query.offset)
-    .limit(query.limit)
-    .toArray();
-}
-
-export async function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
-  // a string that is not an id cannot name a message: no query (and no NUL sent to the database)
-  if (!isId('m', id)) return null;
-  return store.messages.findOne({ _id: id });
 }
 
 /**
@@ -115,20 +99,17 @@ export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Prom
         const outcome = await writeBatchers(store).inserts.submit(doc);
         if (outcome) throw outcome;
       } catch (err) {
+        // ours (an earlier try that was applied) or another process's message with the same id
         if (
           isDuplicateKey(err) &&
-          (await store.messages.countDocuments({ _id: doc._id, raw_id: doc.raw_id })) === 1
+          (await store.messages.countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
         )
           return;
         throw err;
       }
     },
-    {
-      retries: 2,
-      minTimeout: 100,
-      maxTimeout: 500,
-      shouldRetry: ({ error }) => isTransient(error),
-    },
+    // two more tries at most: the sender is waiting for its answer
+    { ...TRANSIENT_RETRY, retries: 2 },
   );
 }
 
@@ -153,12 +134,7 @@ export async function writeAsOwner(
   // applied is recognised by the version it left (see applyOwnerWrites)
   const applied = await pRetry(
     () => writeBatchers(store).ownerWrites.submit({ owner, update: scheduling(update) }),
-    {
-      retries: 3,
-      minTimeout: 50,
-      maxTimeout: 500,
-      shouldRetry: ({ error }) => isTransient(error),
-    },
+    TRANSIENT_RETRY,
   );
   return applied ? owner.version + 1 : undefined;
 }
@@ -242,9 +218,12 @@ export function findDue(
   store: Store,
   now: Date,
   limit: number,
-): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch'>>> {
+): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch' | 'lease_owner'>>> {
   return store.messages
-    .find({ scheduled: true, due_at: { $lte: now } }, { projection: { _id: 1, lease_epoch: 1 } })
+    .find(
+      { scheduled: true, due_at: { $lte: now } },
+      { projection: { _id: 1, lease_epoch: 1, lease_owner: 1 } },
+    )
     .sort({ due_at: 1 })
     .limit(limit)
     .toArray();
@@ -290,7 +269,7 @@ export async function claimMessage(
           },
           { returnDocument: 'after' },
         ),
-      { retries: 3, minTimeout: 50, maxTimeout: 500, shouldRetry: ({ error }) => isTransient(error) },
+      TRANSIENT_RETRY,
     )) ?? undefined
   );
 }

@@ -4,7 +4,6 @@
 import {
   type Collection,
   type Db,
-  GridFSBucket,
   type MongoBulkWriteError,
   MongoClient,
   type MongoClientOptions,
@@ -12,6 +11,7 @@ import {
 import type { DomainDoc } from './domains.ts';
 import type { LeaseDoc, MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
+import { PartitionCatalog } from './partitions.ts';
 import type { RouteDoc } from './routes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
@@ -21,10 +21,11 @@ export interface Store {
   readonly db: Db;
   readonly domains: Collection<DomainDoc>;
   readonly routes: Collection<RouteDoc>;
+  /** the working set: messages in flight (final ones move to the history partitions) */
   readonly messages: Collection<MessageDoc>;
   readonly leases: Collection<LeaseDoc>;
-  /** raw message bytes, exactly as received */
-  readonly raw: GridFSBucket;
+  /** the hourly history partitions that exist (see partitions.ts) */
+  readonly partitions: PartitionCatalog;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -86,7 +87,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     routes: database.collection<RouteDoc>('routes'),
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
-    raw: new GridFSBucket(database, { bucketName: 'raw', writeConcern: DURABLE }),
+    partitions: new PartitionCatalog(database),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });
@@ -96,6 +97,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
       }
     },
     async close() {
+      store.partitions.stop();
       await watchdog.stop();
       await client.close();
     },
@@ -105,21 +107,23 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
 }
 
 export async function ensureIndexes(store: Store): Promise<void> {
+  // indexes of earlier layouts: `due` (0.1.0), and the listing indexes on received_at (from before
+  // the working set and the history partitions were apart; listings order by id now)
+  for (const name of ['due', 'newest_first', 'state_newest_first', 'domain_newest_first'])
+    await store.messages.dropIndex(name).catch(() => {});
   await Promise.all([
     store.domains.createIndex({ name: 1 }, { unique: true, name: 'name_unique' }),
     store.routes.createIndex({ domain: 1, created_at: 1 }, { name: 'domain_created' }),
-    store.messages.createIndex({ received_at: -1, _id: -1 }, { name: 'newest_first' }),
-    store.messages.createIndex({ state: 1, received_at: -1, _id: -1 }, { name: 'state_newest_first' }),
-    store.messages.createIndex({ domains: 1, received_at: -1, _id: -1 }, { name: 'domain_newest_first' }),
+    store.messages.createIndex({ state: 1, _id: -1 }, { name: 'state_id' }),
+    store.messages.createIndex({ domains: 1, _id: -1 }, { name: 'domains_id' }),
     store.messages.createIndex({ scheduled: 1, due_at: 1 }, { name: 'scheduled_due' }),
     store.leases.createIndex({ expires_at: 1 }, { name: 'expiry' }),
   ]);
-  // records written before `scheduled` existed (0.1.0 development builds), and their old index
+  // records written before `scheduled` existed (0.1.0 development builds)
   await store.messages.updateMany(
     { due_at: { $exists: true }, scheduled: { $exists: false } },
     { $set: { scheduled: true } },
   );
-  await store.messages.dropIndex('due').catch(() => {});
 }
 
 const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
@@ -146,6 +150,17 @@ export function isTransient(err: unknown): boolean {
   const message = err instanceof Error ? err.message : '';
   return /SQLITE_BUSY|database is locked|deadlock|could not serialize/i.test(message);
 }
+
+/**
+ * How a store write is tried again when the database is briefly unreachable or busy (p-retry
+ * options): a few quick tries, then the caller's own fallback (a 451, a later retry of the message).
+ */
+export const TRANSIENT_RETRY = Object.freeze({
+  retries: 3,
+  minTimeout: 50,
+  maxTimeout: 500,
+  shouldRetry: ({ error }: { error: unknown }) => isTransient(error),
+});
 
 /**
  * insertMany, unordered, durable; one outcome per document (undefined: stored). A failure of the

@@ -13,6 +13,8 @@ export interface RouteDoc {
   webhook_url: string;
   /** absent when not set */
   webhook_secret?: string;
+  /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
+  dmarc_reject?: true;
   created_at: Date;
 }
 
@@ -36,6 +38,20 @@ export function routesOfDomains(store: Store, domains: readonly string[]): Promi
     .find({ domain: { $in: [...domains] } })
     .sort({ _id: 1 })
     .toArray();
+}
+
+/** The route of `domain` with one of these (normalised) patterns, if there is one. */
+export async function findRouteByPattern(
+  store: Store,
+  domain: string,
+  recipientPatterns: readonly string[],
+): Promise<RouteDoc | null> {
+  for (const recipient_pattern of recipientPatterns) {
+    // one equality query each: FerretDB evaluates $in in memory
+    const found = await store.routes.findOne({ domain, recipient_pattern });
+    if (found) return found;
+  }
+  return null;
 }
 
 export async function deleteRoute(store: Store, id: string): Promise<boolean> {

@@ -1,12 +1,11 @@
-// History in bulk, for the bench's history part: final messages (records and raw bytes) written
-// as the service itself leaves them, without going through SMTP. PROVISIONAL: in the current
-// layout a final message stays in `messages` with its raw bytes in `raw.documents`, so that is
-// where these go; the storage redesign (issue 11) replaces this file with one that archives them
-// where the service archives final messages.
-import { Binary, ObjectId } from 'mongodb';
+// A history of final messages written in bulk, as the service itself would have archived them
+// (records in their hourly partitions, compressed raw bytes beside them): for benchmarks that
+// measure the service with months of mail behind it, and for tests of retention and listings.
+import { insertRecords } from './history.ts';
+import { idAt } from './ids.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { type RawDocument, rawDocuments } from './raw.ts';
+import { insertRawMany } from './raw.ts';
 
 export interface SeedOptions {
   count: number;
@@ -19,96 +18,72 @@ export interface SeedOptions {
   rawBytes?: number;
 }
 
-/** Documents per insert command: well under the wire message limit at the default raw size. */
+/** Records written per insert round. */
 const BATCH = 1000;
-const DOMAIN = 'history.example';
-const ROUTE_ID = 'r-00000000000000000000000';
 
-/** A message id for a past time: the same form as newId's (which only moves forward in time). */
-function seededId(ms: number, n: number): string {
-  return `m-${ms}${String(n % 1000).padStart(3, '0')}${String(n % 1_000_000).padStart(6, '0')}`;
+function rawMessage(n: number, size: number): Buffer {
+  const head = `From: seed@sender.example\r\nTo: user${n % 100}@history.example\r\nSubject: history ${n}\r\nMessage-ID: <seed-${n}@sender.example>\r\n\r\n`;
+  return Buffer.from(`${head.padEnd(Math.max(size, head.length + 2) - 2, 'x')}\r\n`);
 }
 
-function rawMessage(n: number, at: Date, bytes: number): Buffer {
-  const head =
-    `From: Sender <sender@sender.example>\r\nTo: u${n}@${DOMAIN}\r\nSubject: history ${n}\r\n` +
-    `Date: ${at.toUTCString()}\r\nMessage-ID: <history-${n}@sender.example>\r\n` +
-    'Content-Type: text/plain; charset=utf-8\r\n\r\n';
-  const body = 'history line of a seeded message\r\n'.repeat(Math.ceil(bytes / 34));
-  return Buffer.from((head + body).slice(0, Math.max(bytes, head.length)), 'latin1');
-}
-
-function finalMessage(
-  n: number,
-  id: string,
-  at: Date,
-  rawId: ObjectId,
-  size: number,
-  dlq: boolean,
-): MessageDoc {
-  const delivery = `${id}.${ROUTE_ID}`;
-  const recipient = `u${n}@${DOMAIN}`;
-  const outcome = dlq
-    ? { state: 'dlq' as const, detail: 'HTTP 500 after 8 attempts' }
-    : { state: 'delivered' as const, detail: 'HTTP 200' };
+function finalRecord(id: string, n: number, receivedAt: Date, dead: boolean, size: number): MessageDoc {
+  const to = `user${n % 100}@history.example`;
+  const state = dead ? 'dlq' : 'delivered';
+  const delivery = `${id}.r-0000000000000000000000`;
   return {
     _id: id,
-    message_id: `<history-${n}@sender.example>`,
-    from: 'Sender <sender@sender.example>',
-    to: [recipient],
+    message_id: `<seed-${n}@sender.example>`,
+    from: 'seed@sender.example',
+    to: [to],
     subject: `history ${n}`,
-    received_at: at,
-    state: outcome.state,
-    envelope: { mail_from: 'sender@sender.example', rcpt_to: [recipient] },
-    domains: [DOMAIN],
+    received_at: receivedAt,
+    state,
+    envelope: { mail_from: 'seed@sender.example', rcpt_to: [to] },
+    domains: ['history.example'],
     size,
-    raw_id: rawId,
     history: [
-      { state: 'accepted', at, detail: 'from 127.0.0.1' },
-      { state: 'queued', at },
-      { state: 'parsed', at },
-      { state: 'routed', at, delivery, detail: `route ${ROUTE_ID}` },
-      { state: outcome.state, at, delivery, detail: outcome.detail },
+      { state: 'accepted', at: receivedAt },
+      { state: 'queued', at: receivedAt },
+      { state: 'parsed', at: receivedAt },
+      { state: 'routed', at: receivedAt, delivery },
+      { state, at: receivedAt, delivery, detail: dead ? 'HTTP 500' : 'HTTP 200' },
     ],
-    attempts: [{ delivery, at, status_code: dlq ? 500 : 200, duration_ms: 3 }],
+    attempts: [{ delivery, at: receivedAt, status_code: dead ? 500 : 200, duration_ms: 5 }],
     deliveries: [
       {
         id: delivery,
-        route_id: ROUTE_ID,
-        webhook_url: 'http://127.0.0.1:1/hook',
-        recipients: [recipient],
-        state: outcome.state,
+        route_id: 'r-0000000000000000000000',
+        webhook_url: 'http://127.0.0.1:9/seeded',
+        recipients: [to],
+        state,
         attempts: 1,
       },
     ],
-    version: 4,
+    version: 3,
     lease_epoch: 1,
   };
 }
 
-/** Writes `count` final messages (records + raw bytes) as the service itself would have archived them; returns their ids, newest last. */
+/** Writes `count` final messages (records + raw bytes); returns their ids, newest last. */
 export async function seedHistory(store: Store, options: SeedOptions): Promise<string[]> {
   const now = (options.now ?? new Date()).getTime();
-  const dlqEvery = options.dlqEvery ?? 50;
-  const rawBytes = options.rawBytes ?? 2048;
   const span = options.days * 86_400_000;
-  const step = options.count > 1 ? span / options.count : 0;
+  const dlqEvery = options.dlqEvery ?? 50;
+  const size = options.rawBytes ?? 2048;
   const ids: string[] = [];
-  for (let first = 0; first < options.count; first += BATCH) {
-    const messages: MessageDoc[] = [];
-    const raws: RawDocument[] = [];
-    for (let n = first; n < Math.min(options.count, first + BATCH); n++) {
-      // oldest first, the newest a step before `now`
-      const at = new Date(Math.floor(now - span + n * step));
-      const id = seededId(at.getTime(), n);
-      const raw = rawMessage(n, at, rawBytes);
-      const rawId = new ObjectId();
-      raws.push({ _id: rawId, message: id, data: new Binary(raw) });
-      messages.push(finalMessage(n, id, at, rawId, raw.length, (n + 1) % dlqEvery === 0));
+  for (let start = 0; start < options.count; start += BATCH) {
+    const records: MessageDoc[] = [];
+    const raws: Array<{ id: string; bytes: Buffer }> = [];
+    for (let n = start; n < Math.min(options.count, start + BATCH); n++) {
+      const at = now - span + Math.floor(((n + 1) * span) / (options.count + 1));
+      const id = idAt('m', at, n);
+      const bytes = rawMessage(n, size);
+      records.push(finalRecord(id, n, new Date(at), (n + 1) % dlqEvery === 0, bytes.length));
+      raws.push({ id, bytes });
       ids.push(id);
     }
-    await rawDocuments(store).insertMany(raws, { ordered: false });
-    await store.messages.insertMany(messages, { ordered: false });
+    await insertRawMany(store, raws);
+    await insertRecords(store, records);
   }
   return ids;
 }

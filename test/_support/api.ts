@@ -2,7 +2,7 @@
 // database of its own.
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.ts';
-import type { FailureLimit } from '../../src/api/auth.ts';
+import type { FailurePolicy } from '../../src/api/auth.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { openTestDatabase } from './db.ts';
@@ -17,14 +17,14 @@ export interface RunningApi {
 }
 
 export async function startApi(
-  options: { apiKey?: string; label?: string; authFailureLimit?: FailureLimit } = {},
+  options: { apiKey?: string; label?: string; authFailurePolicy?: FailurePolicy } = {},
 ): Promise<RunningApi> {
   const { store } = await openTestDatabase(options.label);
   const app = await buildApp({
     store,
     config: { apiKey: options.apiKey ?? '' },
     logger: createLogger('silent'),
-    ...(options.authFailureLimit ? { authFailureLimit: options.authFailureLimit } : {}),
+    ...(options.authFailurePolicy ? { authFailurePolicy: options.authFailurePolicy } : {}),
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const address = app.server.address();

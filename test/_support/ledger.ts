@@ -1,7 +1,11 @@
 // The fault drills' load generator and ledger: what the senders were told, what the receiver got,
 // what the database holds, and the five invariants checked across the three.
 import { randomBytes } from 'node:crypto';
+import type { MessageState } from '../../src/actor/machine.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
 import type { Store } from '../../src/store/mongo.ts';
+import { partitionName, partitionOfId } from '../../src/store/partitions.ts';
+import { getMessage } from '../../src/store/reads.ts';
 import type { WebhookReceiver } from './receiver.ts';
 import { sendRaw } from './smtp.ts';
 
@@ -98,6 +102,36 @@ export interface LedgerReport {
 
 const FINAL = new Set(['delivered', 'dlq']);
 
+/**
+ * The states of many messages: in flight in the working set, else in the history partitions their
+ * ids name (one query per partition). A message in both (between archiving and removal) counts
+ * once, as the working set has it.
+ */
+async function statesOf(store: Store, ids: string[]): Promise<Array<{ _id: string; state: MessageState }>> {
+  const options = { projection: { state: 1 }, maxTimeMS: 5000 };
+  const live = await store.messages.find({ _id: { $in: ids } }, options).toArray();
+  const seen = new Set(live.map((doc) => doc._id));
+  const byPartition = new Map<string, string[]>();
+  for (const id of ids) {
+    if (seen.has(id)) continue;
+    for (const kind of ['history', 'dlq'] as const) {
+      const name = partitionName(kind, partitionOfId(id));
+      const some = byPartition.get(name);
+      if (some) some.push(id);
+      else byPartition.set(name, [id]);
+    }
+  }
+  const archived = await Promise.all(
+    [...byPartition].map(([name, some]) =>
+      store.db
+        .collection<MessageDoc>(name)
+        .find({ _id: { $in: some } }, options)
+        .toArray(),
+    ),
+  );
+  return [...live, ...archived.flat()];
+}
+
 /** Waits until every acknowledged message is final (or the deadline), then checks the invariants. */
 export async function checkLedger(
   store: Store,
@@ -111,11 +145,7 @@ export async function checkLedger(
   const ids = acknowledged.map((r) => r.id!);
   const deadline = Date.now() + deadlineMs;
   // a drill may have just brought the database back: a failed look is tried again, not fatal
-  const look = () =>
-    store.messages
-      .find({ _id: { $in: ids } }, { projection: { state: 1 }, maxTimeMS: 5000 })
-      .toArray()
-      .catch(() => undefined);
+  const look = () => statesOf(store, ids).catch(() => undefined);
   let docs = (await look()) ?? [];
   while ((docs.length < ids.length || docs.some((d) => !FINAL.has(d.state))) && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 250));
@@ -158,7 +188,7 @@ export async function checkLedger(
     const record = bySeq.get(seq);
     if (record?.id) continue;
     const messageId = [...webhookIds][0]!.split('.')[0]!;
-    if (record && !record.replyCode && (await store.messages.countDocuments({ _id: messageId })) === 1) {
+    if (record && !record.replyCode && (await getMessage(store, messageId))) {
       storedUnacknowledged++;
     } else {
       phantom++;

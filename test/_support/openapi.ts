@@ -80,7 +80,7 @@ export function checkResponse(
       ? { ok: true }
       : { ok: false, problem: `status ${status} has a body but documents none` };
   }
-  const media = response.content[mediaType];
+  const media = response.content[mediaType] ?? response.content['*/*'];
   if (!media)
     return { ok: false, problem: `${method} ${found.template} ${status} does not document ${mediaType}` };
   if (mediaType !== 'application/json' || !media.schema) return { ok: true };
@@ -88,4 +88,12 @@ export function checkResponse(
   return validate(body)
     ? { ok: true }
     : { ok: false, problem: `${method} ${path} ${status}: ${ajv.errorsText(validate.errors)}` };
+}
+
+/** Checks a value against a schema of components/schemas (the webhook payload, say). */
+export function checkSchema(name: string, value: unknown): CheckResult {
+  const validate = compiled({ $ref: `#/components/schemas/${name}` });
+  return validate(value)
+    ? { ok: true }
+    : { ok: false, problem: `${name}: ${ajv.errorsText(validate.errors)}` };
 }

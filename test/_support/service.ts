@@ -20,34 +20,44 @@ export interface ServiceProcess {
 }
 
 export interface StartOptions {
+  /** `npm start`, as README runs it (npm's process is then the child); default the primary itself */
+  viaNpm?: boolean;
   args?: string[];
   env?: Record<string, string>;
   /** how long to wait for the ready line, ms */
   timeoutMs?: number;
 }
 
+const REPOSITORY = fileURLToPath(new URL('../..', import.meta.url));
+
+/** `npm start -- <args>` with the npm that runs the tests (else the one on PATH). */
+export function npmStartCommand(args: readonly string[]): [string, string[]] {
+  const npm = process.env.npm_execpath;
+  return npm ? [process.execPath, [npm, 'start', '--', ...args]] : ['npm', ['start', '--', ...args]];
+}
+
 export function startService(options: StartOptions = {}): Promise<ServiceProcess> {
-  const child = spawn(
-    process.execPath,
-    [
-      PRIMARY,
-      '--http-port',
-      '0',
-      '--smtp-port',
-      '0',
-      '--http-host',
-      '127.0.0.1',
-      '--smtp-host',
-      '127.0.0.1',
-      ...(options.args ?? []),
-    ],
-    {
-      env: { ...process.env, LOG_LEVEL: 'info', WORKERS: '1', ...options.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      // its own process group, so that a kill reaches the workers too
-      detached: true,
-    },
-  );
+  const args = [
+    '--http-port',
+    '0',
+    '--smtp-port',
+    '0',
+    '--http-host',
+    '127.0.0.1',
+    '--smtp-host',
+    '127.0.0.1',
+    ...(options.args ?? []),
+  ];
+  const [command, commandArgs] = options.viaNpm
+    ? npmStartCommand(args)
+    : [process.execPath, [PRIMARY, ...args]];
+  const child = spawn(command, commandArgs, {
+    cwd: REPOSITORY,
+    env: { ...process.env, LOG_LEVEL: 'info', WORKERS: '1', ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // its own process group, so that a kill reaches the workers too
+    detached: true,
+  });
   let out = '';
   child.stdout?.on('data', (chunk: Buffer) => {
     out += chunk.toString();

@@ -95,7 +95,7 @@ async function timeToReplacement(service: ServiceProcess, killedAt: number): Pro
       .output()
       .split('\n')
       .filter((line) => line.includes('Server listening'))
-      .map((line) => Number(/"time":(\d+)/.exec(line)?.[1]))
+      .map((line) => Date.parse(/"time":"([^"]+)"/.exec(line)?.[1] ?? ''))
       .find((time) => time >= killedAt);
     if (listenedAt !== undefined) return listenedAt - killedAt;
     await new Promise((resolve) => setTimeout(resolve, 20));

@@ -16,8 +16,9 @@ const KEY = 'k-hostile-4f9a1c7e2b8d6053a1e4c9b7d2f08e6a';
 const DOMAIN = 'hostile.example';
 const WEBHOOK = 'http://127.0.0.1:9/hook';
 
-// Each loopback address is a separate client to the failure limiter: the main one never fails
-// authentication, the others are spent by the auth tests.
+// Each loopback address is a separate client to the failure count (past 10 failures a minute its
+// 401s are slowed down): the main one never fails authentication, the others are spent by the
+// auth tests.
 const MAIN = '127.0.0.1';
 const LOCKED_OUT = '127.0.0.2';
 const KEY_GUESSER = '127.0.0.3';
@@ -613,7 +614,7 @@ test.serial(
             t,
             `${method} ${path.slice(0, 40)} without a key`,
             await call(method, path, { key: null, from: PROBER }),
-            [401, 429],
+            [401],
           ),
         );
         outcomes.push(refused(t, `${method} ${path.slice(0, 40)}`, await call(method, path), [404]));
@@ -847,7 +848,8 @@ test.serial('POST /messages/{id}/retry documents the refusals it gives a bad bod
 });
 
 test.serial(
-  'retry with operator-laden bodies on a delivered message is 409 and changes nothing',
+  // the retry takes no body fields: any is refused (it was ignored, and the retry went ahead)
+  'retry with operator-laden bodies on a delivered message is 400 and changes nothing',
   async (t) => {
     const before = await records();
     const outcomes: string[] = [];
@@ -859,7 +861,7 @@ test.serial(
       'dlq',
     ]) {
       const answer = await call('POST', `/messages/${messageId}/retry`, { body });
-      outcomes.push(refused(t, `retry with ${JSON.stringify(body)}`, answer, [409]));
+      outcomes.push(refused(t, `retry with ${JSON.stringify(body)}`, answer, [400]));
     }
     t.is(await records(), before);
     t.log(`retry bodies: ${outcomes.length} cases → ${tally(outcomes)}`);
@@ -903,40 +905,33 @@ test.serial(
       outcomes.push(refused(t, name, answer, [401]));
     }
     t.is(await records(), before);
-    // fewer failures than the limit (20) do not lock the address out
+    // failures never lock the address out
     t.is((await call('GET', '/domains', { from: KEY_GUESSER })).status, 200);
     t.log(`near keys: ${keys.length} cases → ${tally(outcomes)}`);
   },
 );
 
-test.serial('the 429 after 20 failed authentications applies to that address only', async (t) => {
+// DEFECT: past 20 failures from one address every request from it was 429, the right key too, and
+// counted per worker. Now a wrong key is always 401 and the right key is never refused.
+test.serial('many failed authentications from one address never lock out the right key', async (t) => {
   const outcomes: string[] = [];
-  for (let i = 0; i < 20; i++) {
+  for (let i = 0; i < 14; i++) {
     const answer = await call('GET', '/domains', { key: `guess-${i}`, from: LOCKED_OUT });
     outcomes.push(refused(t, `guess ${i}`, answer, [401]));
   }
-  const blocked = await call('GET', '/domains', { key: 'guess-20', from: LOCKED_OUT });
-  outcomes.push(refused(t, 'the 21st guess', blocked, [429]));
-  t.true(Number(blocked.headers['retry-after']) > 0);
-  // the right key does not get through once the address is blocked, nor does a forged origin
-  const rightKey = await call('GET', '/domains', { from: LOCKED_OUT });
-  outcomes.push(refused(t, 'the right key from the blocked address', rightKey, [429]));
+  t.is((await call('GET', '/domains', { from: LOCKED_OUT })).status, 200, 'the right key from that address');
+  // without TRUST_PROXY a forged origin changes nothing: still 401 for a wrong key
   for (const header of ['x-forwarded-for', 'x-real-ip', 'forwarded']) {
     const value = header === 'forwarded' ? `for=${BYSTANDER}` : BYSTANDER;
-    const forged = await call('GET', '/domains', { from: LOCKED_OUT, headers: { [header]: value } });
-    outcomes.push(refused(t, `${header} from the blocked address`, forged, [429]));
+    const forged = await call('GET', '/domains', {
+      key: 'nope',
+      from: LOCKED_OUT,
+      headers: { [header]: value },
+    });
+    outcomes.push(refused(t, `${header} with a wrong key`, forged, [401]));
   }
   t.is((await call('GET', '/health', { key: null, from: LOCKED_OUT })).status, 200);
-  // other addresses are counted apart: a failure is 401, not 429, and the right key works
-  outcomes.push(
-    refused(
-      t,
-      'a wrong key elsewhere',
-      await call('GET', '/domains', { key: 'nope', from: BYSTANDER }),
-      [401],
-    ),
-  );
   t.is((await call('GET', '/domains', { from: BYSTANDER })).status, 200);
   t.is((await call('GET', '/domains', { from: MAIN })).status, 200);
-  t.log(`per-address limit: ${outcomes.length} cases → ${tally(outcomes)}`);
+  t.log(`failed authentications: ${outcomes.length} cases → ${tally(outcomes)}`);
 });

@@ -24,10 +24,11 @@ const cases: Array<
     'invalid_json',
   ],
   [
+    // an empty body is no body: the required one is missing
     'an empty JSON body',
     { rawBody: '', headers: { 'content-type': 'application/json' } },
     400,
-    'invalid_json',
+    'invalid_request',
   ],
   [
     'a JSON array',
@@ -99,3 +100,32 @@ test('unicode edge cases in a domain name are refused cleanly', async (t) => {
     if (res.status === 400) t.is(await domainCount(), before);
   }
 });
+
+test.serial(
+  'DELETE with Content-Type: application/json and no body is 204, or 404 for an unknown id',
+  async (t) => {
+    const json = { 'content-type': 'application/json' };
+    const created = await api.client
+      .for(t)
+      .post<{ id: string }>('/domains', { name: 'empty-delete.example' });
+    t.is(created.status, 201);
+    const route = await api.client.for(t).post<{ id: string }>('/routes', {
+      domain: 'empty-delete.example',
+      recipient_pattern: '*',
+      webhook_url: 'http://127.0.0.1:9/hook',
+    });
+    t.is(route.status, 201);
+    for (const path of [`/routes/${route.body.id}`, `/domains/${created.body.id}`]) {
+      t.is(
+        (await api.client.for(t).request('DELETE', path, { rawBody: '', headers: json })).status,
+        204,
+        path,
+      );
+      t.is(
+        (await api.client.for(t).request('DELETE', path, { rawBody: '', headers: json })).status,
+        404,
+        path,
+      );
+    }
+  },
+);

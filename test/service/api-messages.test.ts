@@ -111,6 +111,16 @@ const badQueries = [
   'offset=-1',
   'offset=x',
   'offset=10000001',
+  // only plain decimal digits: these were coerced to numbers and accepted
+  'limit=0x10',
+  'limit=1e1',
+  'limit=%2B5',
+  'limit=%201',
+  'limit=5%20',
+  'offset=0x10',
+  'offset=1e1',
+  'offset=%2B5',
+  'offset=',
   'state=lost',
   'sort=asc',
 ];
@@ -121,6 +131,12 @@ for (const query of badQueries) {
     t.is(res.body.error, 'invalid_query');
   });
 }
+
+test('limit and offset in plain digits, leading zeros too, are allowed', async (t) => {
+  const res = await api.client.for(t).get<Message[]>('/messages?limit=010&offset=005');
+  t.is(res.status, 200);
+  t.is(res.body.length, 10);
+});
 
 test('limit=1000 is allowed', async (t) => {
   const res = await api.client.for(t).get<Message[]>('/messages?limit=1000');

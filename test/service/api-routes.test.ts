@@ -16,10 +16,11 @@ test.after.always(async () => {
 const valid = { domain: 'example.com', recipient_pattern: 'alice', webhook_url: 'https://hooks.example/in' };
 
 test('POST /routes creates a route: 201 with every field; no webhook_secret when none was given', async (t) => {
-  const res = await api.client.for(t).post<Route>('/routes', valid);
+  await api.client.post('/domains', { name: 'first.example' });
+  const res = await api.client.for(t).post<Route>('/routes', { ...valid, domain: 'first.example' });
   t.is(res.status, 201);
   t.regex(res.body.id, /^r-\d{22}$/);
-  t.is(res.body.domain, 'example.com');
+  t.is(res.body.domain, 'first.example');
   t.is(res.body.recipient_pattern, 'alice');
   t.is(res.body.webhook_url, 'https://hooks.example/in');
   t.false('webhook_secret' in res.body);
@@ -32,13 +33,17 @@ test('POST /routes creates a route: 201 with every field; no webhook_secret when
 });
 
 test('webhook_secret is returned when given, and an empty one counts as not set', async (t) => {
-  const withSecret = await api.client.for(t).post<Route>('/routes', { ...valid, webhook_secret: 's3cret' });
+  const withSecret = await api.client
+    .for(t)
+    .post<Route>('/routes', { ...valid, recipient_pattern: 'secret-one', webhook_secret: 's3cret' });
   t.is(withSecret.status, 201);
   t.is(withSecret.body.webhook_secret, 's3cret');
   const listed = (await api.client.get<Route[]>('/routes')).body.find((r) => r.id === withSecret.body.id);
   t.is(listed?.webhook_secret, 's3cret');
 
-  const empty = await api.client.for(t).post<Route>('/routes', { ...valid, webhook_secret: '' });
+  const empty = await api.client
+    .for(t)
+    .post<Route>('/routes', { ...valid, recipient_pattern: 'secret-none', webhook_secret: '' });
   t.is(empty.status, 201);
   t.false('webhook_secret' in empty.body);
 });
@@ -59,7 +64,9 @@ test('patterns of every kind are accepted and stored normalised', async (t) => {
 });
 
 test('the domain of a route is matched case-insensitively against registered domains', async (t) => {
-  const res = await api.client.for(t).post<Route>('/routes', { ...valid, domain: 'EXAMPLE.com' });
+  const res = await api.client
+    .for(t)
+    .post<Route>('/routes', { ...valid, domain: 'EXAMPLE.com', recipient_pattern: 'case-check' });
   t.is(res.status, 201);
   t.is(res.body.domain, 'example.com');
 });
@@ -117,6 +124,32 @@ for (const [title, body, code, messagePattern] of invalid) {
     t.is((await api.client.get<Route[]>('/routes')).body.length, before);
   });
 }
+
+test('a second route with the same domain and pattern is 409 route_exists, however it is written', async (t) => {
+  await api.client.post('/domains', { name: 'dup.example' });
+  const body = { domain: 'dup.example', recipient_pattern: 'orders', webhook_url: 'https://hooks.example/a' };
+  const first = await api.client.for(t).post<Route>('/routes', body);
+  t.is(first.status, 201);
+  for (const pattern of ['orders', ' Orders ', 'orders@dup.example', 'ORDERS@DUP.EXAMPLE']) {
+    const again = await api.client.for(t).post<ErrorBody>('/routes', {
+      ...body,
+      recipient_pattern: pattern,
+      webhook_url: 'https://hooks.example/b',
+    });
+    t.is(again.status, 409, pattern);
+    t.is(again.body.error as string, 'route_exists');
+    t.true(again.body.message.includes(first.body.id));
+  }
+  const regex = { ...body, recipient_pattern: '/ord(er)?s/' };
+  t.is((await api.client.for(t).post('/routes', regex)).status, 201);
+  t.is((await api.client.for(t).post('/routes', regex)).status, 409);
+  // the same pattern at another domain is another route; after a delete the pattern is free again
+  t.is((await api.client.for(t).post('/routes', { ...body, domain: 'example.com' })).status, 201);
+  t.is((await api.client.for(t).delete(`/routes/${first.body.id}`)).status, 204);
+  t.is((await api.client.for(t).post('/routes', body)).status, 201);
+  const listed = (await api.client.get<Route[]>('/routes')).body.filter((r) => r.domain === 'dup.example');
+  t.is(listed.length, 2);
+});
 
 test('DELETE /routes/{id} is 204 and the route is gone; then 404', async (t) => {
   const route = (await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'deleteme' })).body;

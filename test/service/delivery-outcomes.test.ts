@@ -103,7 +103,12 @@ test('replay: a message in dlq is retried on request and delivered; other states
   t.is(receiver.to('/r').length, 2);
 
   healthy = true;
-  const replayed = await api.post<{ id: string; state: string }>(`/messages/${id}/retry`);
+  // the retry takes no fields: an unknown one is refused, and the message stays where it was
+  const unknownField = await api.post<{ error: string }>(`/messages/${id}/retry`, { x: 1 });
+  t.is(unknownField.status, 400);
+  t.is(unknownField.body.error, 'invalid_request');
+  t.is((await api.get<{ state: string }>(`/messages/${id}`)).body.state, 'dlq');
+  const replayed = await api.post<{ id: string; state: string }>(`/messages/${id}/retry`, {});
   t.is(replayed.status, 202);
   t.is(replayed.body.id, id);
   const message = await waitForState(api, id, ['delivered']);

@@ -12,6 +12,7 @@ import { newId } from '../../src/store/ids.ts';
 import { startLocalServer } from '../../src/store/local-server.ts';
 import { claimMessage } from '../../src/store/messages.ts';
 import { insertEach, openStore } from '../../src/store/mongo.ts';
+import { insertRawMany } from '../../src/store/raw.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -187,12 +188,7 @@ test.serial(
     const store = await openStore({ uri, ensureIndexes: false });
     t.teardown(() => store.close());
     const id = newId('m');
-    const rawId = await new Promise<ObjectId>((resolve, reject) => {
-      const upload = store.raw.openUploadStream(id);
-      upload.once('finish', () => resolve(upload.id as ObjectId));
-      upload.once('error', reject);
-      upload.end(Buffer.from(MESSAGE));
-    });
+    await insertRawMany(store, [{ id, bytes: Buffer.from(MESSAGE) }]);
     const now = new Date();
     await store.messages.insertOne({
       _id: id,
@@ -205,7 +201,6 @@ test.serial(
       envelope: { mail_from: 's@outside.example', rcpt_to: ['a@poison.example'] },
       domains: ['poison.example'],
       size: MESSAGE.length,
-      raw_id: rawId,
       history: [{ state: 'accepted', at: now }],
       attempts: [],
       deliveries: [],

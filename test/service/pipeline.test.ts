@@ -1,10 +1,14 @@
 // Mail in over SMTP, signed JSON out to a real webhook receiver: every payload field, the
 // signatures (verified here independently), the lifecycle as the API shows it.
 import { createHmac } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import test from 'ava';
 import { type MessageDetail, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 const BINARY = Buffer.from(Array.from({ length: 1024 }, (_, i) => i % 256));
 const SECRET = 'route-secret-ü-42';
 
@@ -69,6 +73,8 @@ test('a multipart message is delivered with every payload field, signed, and its
   await receiver.waitFor(() => receiver.to('/orders').length === 1, 20_000, 'the webhook');
   const request = receiver.to('/orders')[0]!;
   t.is(request.headers['content-type'], 'application/json');
+  // receivers log and allow-list by it
+  t.is(request.headers['user-agent'], `mailroute/${PACKAGE_VERSION}`);
 
   // the signatures, computed here from the exact body bytes
   const expectedHex = createHmac('sha256', Buffer.from(SECRET, 'utf8')).update(request.body).digest('hex');

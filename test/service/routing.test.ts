@@ -75,8 +75,36 @@ test('recipients on two routes give two deliveries; two recipients on one route 
     'support-a@multi.example',
     'support-b@multi.example',
   ]);
-  t.deepEqual(JSON.parse(receiver.to('/sales')[0]!.body.toString()).envelope.rcpt_to, to);
+  // each delivery names its own route's recipients only, in the envelope as well
+  t.deepEqual(JSON.parse(receiver.to('/sales')[0]!.body.toString()).envelope.rcpt_to, [
+    'sales@multi.example',
+  ]);
+  t.deepEqual(JSON.parse(receiver.to('/support')[0]!.body.toString()).envelope.rcpt_to, [
+    'support-a@multi.example',
+    'support-b@multi.example',
+  ]);
   t.is(message.deliveries.length, 2);
   t.not(receiver.to('/sales')[0]!.headers['webhook-id'], receiver.to('/support')[0]!.headers['webhook-id']);
   t.deepEqual(message.to, to);
+});
+
+test("a blind copy to another domain is not revealed to the visible recipient's webhook", async (t) => {
+  const { service, api, receiver } = await startPipeline(t, { label: 'bcc' });
+  await routeTo({ api, receiver }, 'example.com', '/alice', 'alice');
+  await routeTo({ api, receiver }, 'shop.example.org', '/secret', 'secret');
+  const raw = 'From: sender@outside.example\r\nTo: alice@example.com\r\nSubject: bcc\r\n\r\nbody\r\n';
+  const sent = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['alice@example.com', 'secret@shop.example.org'] },
+    raw,
+  );
+  t.true(sent.ok, sent.response);
+  await waitForState(api, acceptedId(sent), ['delivered']);
+  const alice = receiver.to('/alice')[0]!.body.toString();
+  t.deepEqual(JSON.parse(alice).to, ['alice@example.com']);
+  t.deepEqual(JSON.parse(alice).envelope.rcpt_to, ['alice@example.com']);
+  t.false(alice.includes('secret@'), alice);
+  const secret = JSON.parse(receiver.to('/secret')[0]!.body.toString());
+  t.deepEqual(secret.to, ['secret@shop.example.org']);
+  t.deepEqual(secret.envelope.rcpt_to, ['secret@shop.example.org']);
 });

@@ -37,9 +37,23 @@ const durations: Array<[string, number | undefined]> = [
   ['30', undefined],
   ['s', undefined],
   ['-1s', undefined],
-  ['1d', undefined],
+  ['7d', 7 * 86_400_000],
+  ['1w', undefined],
 ];
 for (const [text, ms] of durations) test(`duration ${text}`, (t) => t.is(parseDuration(text), ms));
+
+test('RAW_RETENTION longer than RECORD_RETENTION is refused: raw bytes without their record', (t) => {
+  const result = loadConfig([], { RAW_RETENTION: '40d', RECORD_RETENTION: '30d' });
+  t.false(result.ok);
+  if (!result.ok)
+    t.regex(result.problems.join('\n'), /RAW_RETENTION: must not be longer than RECORD_RETENTION/);
+  const defaults = loadConfig([], {});
+  t.true(
+    defaults.ok &&
+      defaults.config.recordRetention === 30 * 86_400_000 &&
+      defaults.config.rawRetention === 7 * 86_400_000,
+  );
+});
 
 const sizes: Array<[string, number | undefined]> = [
   ['25MB', 25 * 1024 * 1024],
@@ -68,6 +82,19 @@ test('TLS cert and key go together', (t) => {
   const result = loadConfig(['--smtp-tls-cert', '/tmp/cert.pem'], {});
   t.false(result.ok);
   if (!result.ok) t.regex(result.problems.join('\n'), /SMTP_TLS_CERT and SMTP_TLS_KEY/);
+});
+
+test('TRUST_PROXY takes addresses and CIDR ranges, and refuses anything else', (t) => {
+  const result = loadConfig([], { TRUST_PROXY: '10.0.0.1, 192.168.0.0/16,fd00::/8' });
+  if (!result.ok) return t.fail(result.problems.join('; '));
+  t.deepEqual(result.config.trustProxy, ['10.0.0.1', '192.168.0.0/16', 'fd00::/8']);
+  const none = loadConfig([], {});
+  t.true(none.ok && none.config.trustProxy.length === 0);
+  for (const bad of ['proxy.example', '10.0.0.1/33', '10.0.0.1/8/1', 'loopback']) {
+    const refused = loadConfig(['--trust-proxy', bad], {});
+    t.false(refused.ok, bad);
+    if (!refused.ok) t.regex(refused.problems.join('\n'), /--trust-proxy/);
+  }
 });
 
 test("README's configuration table is exactly the schema's", (t) => {

@@ -18,6 +18,7 @@ const ONE_DELIVERY: readonly DeliverySpec[] = Object.freeze([
 
 type Payload = Record<string, unknown> & {
   to: string[];
+  envelope: { mail_from: string; rcpt_to: string[] };
   attachments: Array<{ filename: string; content_type: string; size: number; content: string }>;
 };
 
@@ -336,7 +337,8 @@ for (const row of FIXTURE_ROWS) {
       text_body: row.text_body,
       html_body: row.html_body,
       headers: row.headers,
-      envelope: { mail_from: ENVELOPE.mail_from, rcpt_to: [...ENVELOPE.rcpt_to] },
+      // only this delivery's recipients: the envelope's other one is not revealed
+      envelope: { mail_from: ENVELOPE.mail_from, rcpt_to: ['support@example.net'] },
       received_at: RECEIVED_AT,
     });
     t.deepEqual(
@@ -390,7 +392,7 @@ test('parseMessage takes the raw bytes over and lets go of them', async (t) => {
   t.is(taken.raw.byteLength, 0);
 });
 
-test('one body per delivery, differing only in to and plus_tag', async (t) => {
+test('one body per delivery, differing only in to, envelope.rcpt_to and plus_tag', async (t) => {
   const deliveries: DeliverySpec[] = [
     { key: 'route-support', to: ['support@example.net'] },
     { key: 'route-billing', to: ['billing+vip@example.net', 'support@example.net'], plusTag: 'vip' },
@@ -405,9 +407,13 @@ test('one body per delivery, differing only in to and plus_tag', async (t) => {
   t.false('plus_tag' in first!);
   t.deepEqual(second!.to, ['billing+vip@example.net', 'support@example.net']);
   t.is(second!.plus_tag, 'vip');
-  const { to: _to1, ...restFirst } = first!;
-  const { to: _to2, plus_tag: _tag, ...restSecond } = second!;
+  t.deepEqual(first!.envelope.rcpt_to, first!.to);
+  t.deepEqual(second!.envelope.rcpt_to, second!.to);
+  const { to: _to1, envelope: _e1, ...restFirst } = first!;
+  const { to: _to2, envelope: _e2, plus_tag: _tag, ...restSecond } = second!;
   t.deepEqual(restFirst, restSecond);
+  t.is(_e1.mail_from, ENVELOPE.mail_from);
+  t.is(_e2.mail_from, ENVELOPE.mail_from);
   t.is(restFirst.attachments.length, 2);
 });
 

@@ -1,0 +1,34 @@
+// The figures /metrics and the console show about messages now (the database queries behind them
+// all live here; callers see only the result, cached by src/metrics/store-gauges.ts):
+// - the working set (`messages`: what is in flight) by state: one aggregation;
+// - the dead letter queue: the documents of the `dlq_<hour>` partitions, counted per partition
+//   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
+// Delivered records are history, not a figure of "now": their rate is a counter's job
+// (mailroute_webhook_attempts_total), and counting every history partition would grow without bound.
+import { type MessageState, STATES } from '../actor/machine.ts';
+import type { Store } from './mongo.ts';
+
+export interface MessageCounts {
+  /** documents of the working set by state (every state present, 0 when none) */
+  workingSet: Readonly<Record<MessageState, number>>;
+  /** messages in the dead letter queue */
+  dlq: number;
+}
+
+export async function countMessages(store: Store): Promise<MessageCounts> {
+  const workingSet = Object.fromEntries(STATES.map((state) => [state, 0])) as Record<MessageState, number>;
+  const [groups, partitions] = await Promise.all([
+    store.messages
+      .aggregate<{ _id: MessageState; n: number }>([{ $group: { _id: '$state', n: { $sum: 1 } } }])
+      .toArray(),
+    store.partitions.list(),
+  ]);
+  for (const { _id, n } of groups) if (_id in workingSet) workingSet[_id] = n;
+  const dlqPartitions = await Promise.all(
+    partitions
+      .filter((partition) => partition.kind === 'dlq')
+      .map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
+  );
+  const dlq = workingSet.dlq + dlqPartitions.reduce((sum, n) => sum + n, 0);
+  return Object.freeze({ workingSet: Object.freeze(workingSet), dlq });
+}

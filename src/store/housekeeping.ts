@@ -1,0 +1,170 @@
+// Background upkeep of the history, run by the primary alone, in bounded steps with pauses between
+// them so that it never competes with the hot path: retention drops whole hourly partitions once
+// their hour is older than the settings (records: RECORD_RETENTION, raw bytes: RAW_RETENTION), and
+// records of the earlier layout (final messages kept in the working set) move to their partitions.
+import { EVENTS } from '../log/events.ts';
+import type { Logger } from '../log/logger.ts';
+import { insertRecords } from './history.ts';
+import type { MessageDoc } from './messages.ts';
+import type { Store } from './mongo.ts';
+import { PARTITION_MS, type Partition, partitionOfId, partitionStart } from './partitions.ts';
+
+export interface HousekeepingOptions {
+  store: Store;
+  logger: Logger;
+  /** final records older than this are removed, ms */
+  recordRetentionMs: number;
+  /** raw bytes older than this are removed (the record stays), ms */
+  rawRetentionMs: number;
+  /** how often a run starts; default 10 minutes */
+  everyMs?: number;
+  /** the clock (tests move it) */
+  now?: () => number;
+}
+
+export interface HousekeepingReport {
+  dropped: string[];
+  /** raw partitions past retention kept because a message in flight still needs them */
+  kept: string[];
+  migrated: number;
+}
+
+/** Records of the earlier layout moved per step. */
+const MIGRATION_BATCH = 500;
+/** The pause between two steps (a drop, a migration batch). */
+const STEP_PAUSE_MS = 200;
+/** What the earlier layout kept all raw bytes in. */
+const LEGACY_RAW = Object.freeze(['raw.documents', 'raw.files', 'raw.chunks']);
+/** The newest acceptance time among migrated records whose bytes are in LEGACY_RAW. */
+const LEGACY_MARK = 'legacy_raw';
+
+interface MetaDoc {
+  _id: string;
+  newest_received_at: Date;
+}
+
+const pause = () => new Promise((resolve) => setTimeout(resolve, STEP_PAUSE_MS).unref());
+
+export class Housekeeping {
+  private readonly options: HousekeepingOptions;
+  private readonly now: () => number;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<HousekeepingReport> | undefined;
+
+  constructor(options: HousekeepingOptions) {
+    this.options = options;
+    this.now = options.now ?? Date.now;
+  }
+
+  /** Runs soon after start, then every `everyMs`; failures are logged and tried at the next run. */
+  start(): void {
+    const run = () =>
+      void this.runOnce().catch((err: unknown) =>
+        this.options.logger.warn(
+          { err, event: EVENTS.housekeepingFailed },
+          'housekeeping failed; trying later',
+        ),
+      );
+    setTimeout(run, 5000).unref();
+    this.timer = setInterval(run, this.options.everyMs ?? 10 * 60_000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  /** One whole pass (one at a time). */
+  runOnce(): Promise<HousekeepingReport> {
+    this.running ??= this.pass().finally(() => {
+      this.running = undefined;
+    });
+    return this.running;
+  }
+
+  private async pass(): Promise<HousekeepingReport> {
+    const report: HousekeepingReport = { dropped: [], kept: [], migrated: await this.migrate() };
+    const { store, recordRetentionMs, rawRetentionMs } = this.options;
+    const now = this.now();
+    let inFlightHours: Set<string> | undefined;
+    const partitions = (await store.partitions.list({ fresh: true })).reverse();
+    for (const partition of partitions) {
+      const end = partitionStart(partition.key) + PARTITION_MS;
+      const isRaw = partition.kind === 'raw' || partition.kind === 'rawfs';
+      if (end > now - (isRaw ? rawRetentionMs : recordRetentionMs)) continue;
+      if (isRaw) {
+        // a message still in flight (a retry pending for days, a replay) keeps its hour's bytes
+        inFlightHours ??= await this.inFlightHours();
+        if (inFlightHours.has(partition.key)) {
+          report.kept.push(partition.name);
+          continue;
+        }
+      }
+      await this.drop(partition);
+      report.dropped.push(partition.name);
+      await pause();
+    }
+    if (await this.dropLegacyRaw(now)) report.dropped.push(...LEGACY_RAW);
+    if (report.dropped.length || report.migrated)
+      this.options.logger.info({ event: EVENTS.housekeepingDone, ...report }, 'history housekeeping');
+    return report;
+  }
+
+  private async inFlightHours(): Promise<Set<string>> {
+    const live = await this.options.store.messages.find({}, { projection: { _id: 1 } }).toArray();
+    return new Set(live.map((doc) => partitionOfId(doc._id)));
+  }
+
+  private async drop(partition: Partition): Promise<void> {
+    const { db } = this.options.store;
+    const names =
+      partition.kind === 'rawfs' ? [`${partition.name}.files`, `${partition.name}.chunks`] : [partition.name];
+    for (const name of names) await db.dropCollection(name).catch(() => false);
+    this.options.store.partitions.forget(partition.name);
+  }
+
+  /**
+   * Moves the final records that the earlier layout kept in the working set to their partitions,
+   * a batch per step; their raw bytes stay where they are (read through `raw_id`) until raw
+   * retention has passed the newest of them. Cheap once done: the working set is small.
+   */
+  private async migrate(): Promise<number> {
+    const { store } = this.options;
+    let moved = 0;
+    for (const state of ['delivered', 'dlq'] as const) {
+      for (;;) {
+        const batch = (await store.messages.find({ state }).limit(MIGRATION_BATCH).toArray()).filter(
+          (doc) => doc.due_at === undefined,
+        );
+        if (batch.length === 0) break;
+        await insertRecords(store, batch);
+        await this.markLegacyRaw(batch);
+        await store.messages.deleteMany({ _id: { $in: batch.map((doc) => doc._id) }, state });
+        moved += batch.length;
+        await pause();
+      }
+    }
+    return moved;
+  }
+
+  private async markLegacyRaw(batch: MessageDoc[]): Promise<void> {
+    const withLegacyRaw = batch.filter((doc) => doc.raw_id).map((doc) => doc.received_at.getTime());
+    if (withLegacyRaw.length === 0) return;
+    const meta = this.options.store.db.collection<MetaDoc>('meta');
+    const current = await meta.findOne({ _id: LEGACY_MARK });
+    const newest = Math.max(current?.newest_received_at.getTime() ?? 0, ...withLegacyRaw);
+    await meta.replaceOne({ _id: LEGACY_MARK }, { newest_received_at: new Date(newest) }, { upsert: true });
+  }
+
+  /** The earlier layout's raw bytes go whole once retention has passed the newest of them. */
+  private async dropLegacyRaw(now: number): Promise<boolean> {
+    const { store, rawRetentionMs } = this.options;
+    const meta = store.db.collection<MetaDoc>('meta');
+    const mark = await meta.findOne({ _id: LEGACY_MARK });
+    if (!mark || mark.newest_received_at.getTime() > now - rawRetentionMs) return false;
+    if ((await store.messages.countDocuments({ raw_id: { $exists: true } }, { limit: 1 })) > 0) return false;
+    for (const name of LEGACY_RAW) await store.db.dropCollection(name).catch(() => false);
+    await meta.deleteOne({ _id: LEGACY_MARK });
+    return true;
+  }
+}

@@ -1,0 +1,67 @@
+// A final record as its partition keeps it: summary fields as fields, the rest packed, and nothing
+// lost or changed on the way back (dates stay dates, ids stay ids, the working-set fields go).
+import test from 'ava';
+import { ObjectId } from 'mongodb';
+import { packRecord, unpackRecord } from '../../src/store/history.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
+
+const at = new Date('2026-11-23T08:00:00.123Z');
+const doc: MessageDoc = {
+  _id: 'm-1795420685292000897221',
+  message_id: '<a@b>',
+  from: 'a@sender.example',
+  to: ['x@shop.example', 'y@shop.example'],
+  subject: 'Grüße ✓',
+  received_at: at,
+  state: 'dlq',
+  envelope: { mail_from: 'bounce@sender.example', rcpt_to: ['x@shop.example', 'y@shop.example'] },
+  domains: ['shop.example'],
+  size: 1234,
+  raw_id: new ObjectId('65a1b2c3d4e5f60718293a4b'),
+  history: [
+    { state: 'accepted', at, detail: 'from 127.0.0.1' },
+    { state: 'dlq', at, delivery: 'm-1.r-1', detail: 'HTTP 500' },
+  ],
+  attempts: [{ delivery: 'm-1.r-1', at, status_code: 500, duration_ms: 12 }],
+  deliveries: [
+    {
+      id: 'm-1.r-1',
+      route_id: 'r-1',
+      webhook_url: 'http://h/x',
+      recipients: ['x@shop.example'],
+      state: 'dlq',
+      attempts: 4,
+    },
+  ],
+  version: 9,
+  lease_epoch: 3,
+  lease_owner: 'host:1:abc',
+  due_at: at,
+  scheduled: true,
+  replays: 1,
+};
+
+test('summary fields stay fields, everything else is packed', (t) => {
+  const packed = packRecord(doc);
+  t.deepEqual(Object.keys(packed).sort(), [
+    '_id',
+    'detail',
+    'domains',
+    'from',
+    'message_id',
+    'received_at',
+    'state',
+    'subject',
+    'to',
+  ]);
+  t.is(packed.state, 'dlq');
+  t.deepEqual(packed.domains, ['shop.example']);
+});
+
+test('unpacking gives the record back, without what belongs to the working set', (t) => {
+  const { lease_owner: _owner, due_at: _due, scheduled: _scheduled, ...expected } = doc;
+  const back = unpackRecord(packRecord(doc));
+  t.deepEqual(back, expected);
+  t.true(back.history[0]!.at instanceof Date);
+  t.true(back.raw_id instanceof ObjectId);
+});

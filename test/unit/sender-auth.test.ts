@@ -1,0 +1,119 @@
+// Sender authentication against a real DNS server on loopback (UDP, dns2): each result SPF, DKIM
+// and DMARC must give, with messages DKIM-signed here with a key made here; and a server that
+// never answers gives temperror within the message's budget.
+import test from 'ava';
+import { type AuthRequest, authenticateMessage } from '../../src/parse/sender-auth.ts';
+import { plainMessage, SELECTOR, testDomains } from '../_support/dkim.ts';
+import { silentDnsServer, startDnsServer, type TestDnsServer } from '../_support/dns.ts';
+
+const domains = testDomains();
+let dns: TestDnsServer;
+test.before(async () => {
+  dns = await startDnsServer(domains.zone);
+});
+test.after.always(() => dns.close());
+
+function request(mailFrom: string, overrides: Partial<AuthRequest> = {}): AuthRequest {
+  return {
+    ip: '127.0.0.1',
+    helo: 'mx.sender.test',
+    mailFrom,
+    dnsServers: [dns.address],
+    budgetMs: 5000,
+    ...overrides,
+  };
+}
+
+test('pass: SPF allows the address, the DKIM signature verifies, DMARC passes aligned', async (t) => {
+  const raw = await domains.sign(plainMessage('a@pass.test'), 'pass.test');
+  const { results, header } = await authenticateMessage(Buffer.from(raw), request('a@pass.test'));
+  t.deepEqual(results, {
+    spf: { result: 'pass', domain: 'pass.test' },
+    dkim: [{ result: 'pass', domain: 'pass.test', selector: SELECTOR }],
+    dmarc: { result: 'pass', policy: 'reject', domain: 'pass.test' },
+    arc: { result: 'none' },
+  });
+  t.regex(header, /dkim=pass/);
+  t.regex(header, /spf=pass/);
+  t.regex(header, /dmarc=pass/);
+  t.true(dns.queries.includes(`${SELECTOR}._domainkey.pass.test`), 'the key came over DNS');
+});
+
+test('fail: SPF -all, unsigned, DMARC fails under p=reject', async (t) => {
+  const raw = plainMessage('a@fail.test');
+  const { results } = await authenticateMessage(Buffer.from(raw), request('a@fail.test'));
+  t.deepEqual(results.spf, { result: 'fail', domain: 'fail.test' });
+  t.deepEqual(results.dkim, []);
+  t.deepEqual(results.dmarc, { result: 'fail', policy: 'reject', domain: 'fail.test' });
+});
+
+test('softfail: SPF ~all', async (t) => {
+  const { results } = await authenticateMessage(
+    Buffer.from(plainMessage('a@soft.test')),
+    request('a@soft.test'),
+  );
+  t.deepEqual(results.spf, { result: 'softfail', domain: 'soft.test' });
+  t.is(results.dmarc.result, 'none');
+});
+
+test('none: a domain with no records at all', async (t) => {
+  const { results } = await authenticateMessage(
+    Buffer.from(plainMessage('a@none.test')),
+    request('a@none.test'),
+  );
+  t.deepEqual(results.spf, { result: 'none', domain: 'none.test' });
+  t.deepEqual(results.dkim, []);
+  t.deepEqual(results.dmarc, { result: 'none', policy: 'none', domain: 'none.test' });
+});
+
+test('a broken signature (the body changed after signing) is dkim=fail', async (t) => {
+  const signed = await domains.sign(plainMessage('a@pass.test', 'the original text\r\n'), 'pass.test');
+  const changed = signed.replace('the original text', 'a changed text');
+  const { results, header } = await authenticateMessage(Buffer.from(changed), request('a@pass.test'));
+  t.deepEqual(results.dkim, [{ result: 'fail', domain: 'pass.test', selector: SELECTOR }]);
+  t.regex(header, /dkim=fail/);
+  // SPF still passes aligned, so DMARC passes: the receiver sees exactly which check failed
+  t.is(results.dmarc.result, 'pass');
+});
+
+test('a signature of the right domain from an address SPF does not allow: DMARC passes on DKIM', async (t) => {
+  const raw = await domains.sign(plainMessage('a@pass.test'), 'pass.test');
+  const { results } = await authenticateMessage(
+    Buffer.from(raw),
+    request('a@pass.test', { ip: '192.0.2.1' }),
+  );
+  t.is(results.spf.result, 'fail');
+  t.is(results.dkim[0]?.result, 'pass');
+  t.is(results.dmarc.result, 'pass');
+});
+
+test('temperror: a DNS server that never answers, within the budget', async (t) => {
+  const silent = await silentDnsServer();
+  t.teardown(() => silent.close());
+  const raw = await domains.sign(plainMessage('a@pass.test'), 'pass.test');
+  const started = Date.now();
+  const { results, header } = await authenticateMessage(
+    Buffer.from(raw),
+    request('a@pass.test', { dnsServers: [silent.address], budgetMs: 1500 }),
+  );
+  t.true(silent.queries.length > 0, 'the queries reached the silent server');
+  t.is(results.spf.result, 'temperror');
+  t.is(results.dkim[0]?.result, 'temperror');
+  t.is(results.dmarc.result, 'temperror');
+  t.regex(header, /temperror/);
+  // bounded by the budget, not by the resolver's own retries (a generous margin for busy cores)
+  t.true(Date.now() - started < 1500 + 10_000);
+});
+
+test('a header field folded 100,000 times is not given to mailauth (quadratic there): SPF only', async (t) => {
+  const folded = `X-Folded: start${'\r\n a'.repeat(100_000)}\r\n`;
+  const raw = Buffer.from(`From: a@pass.test\r\n${folded}Subject: x\r\n\r\nbody\r\n`);
+  const { results, header } = await authenticateMessage(raw, request('a@pass.test'));
+  t.deepEqual(results, {
+    spf: { result: 'pass', domain: 'pass.test' },
+    dkim: [],
+    dmarc: { result: 'permerror', policy: 'none', domain: '' },
+    arc: { result: 'permerror' },
+  });
+  t.regex(header, /spf=pass .*dkim=permerror \(a header field folded over more than 1000 lines/);
+});
