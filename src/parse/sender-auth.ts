@@ -46,6 +46,24 @@ class DnsError extends Error {
   }
 }
 
+/**
+ * Answers kept per thread, as an MTA's resolver keeps them: mail from one sender domain comes in
+ * runs, and each message asks the same SPF, DMARC and DKIM key records again. Without it every
+ * message waited for its own round trips, and a thread's throughput was its concurrency divided by
+ * the DNS latency. An answer is kept a minute, "no such record" half of that; a timeout or a server
+ * failure is never kept. Bounded: the oldest goes first.
+ */
+const ANSWER_KEEP_MS = 60_000;
+const MISSING_KEEP_MS = 30_000;
+const MAX_ANSWERS = 5000;
+const MISSING_CODES: ReadonlySet<string> = new Set(['ENOTFOUND', 'ENODATA']);
+const answers = new Map<string, { until: number; value?: unknown; error?: unknown }>();
+
+function remember(key: string, entry: { until: number; value?: unknown; error?: unknown }): void {
+  if (answers.size >= MAX_ANSWERS) answers.delete(answers.keys().next().value!);
+  answers.set(key, entry);
+}
+
 /** mailauth's resolver, bounded by the message's budget: past it every lookup is a timeout. */
 function budgetedResolver(request: AuthRequest, deadline: number) {
   const resolver = new Resolver({
@@ -53,7 +71,25 @@ function budgetedResolver(request: AuthRequest, deadline: number) {
     tries: QUERY_TRIES,
   });
   if (request.dnsServers.length > 0) resolver.setServers([...request.dnsServers]);
+  const servers = request.dnsServers.join(',');
   const lookup = async (name: string, rrtype: string): Promise<unknown> => {
+    const key = `${servers}|${rrtype}|${name.toLowerCase()}`;
+    const known = answers.get(key);
+    if (known && known.until > Date.now()) {
+      if ('error' in known) throw known.error;
+      return known.value;
+    }
+    try {
+      const value = await resolveWithin(name, rrtype);
+      remember(key, { until: Date.now() + ANSWER_KEEP_MS, value });
+      return value;
+    } catch (err) {
+      if (MISSING_CODES.has((err as { code?: string }).code ?? ''))
+        remember(key, { until: Date.now() + MISSING_KEEP_MS, error: err });
+      throw err;
+    }
+  };
+  const resolveWithin = async (name: string, rrtype: string): Promise<unknown> => {
     const left = deadline - Date.now();
     if (left <= 0) throw new DnsError('ETIMEOUT', name);
     let timer: NodeJS.Timeout | undefined;
