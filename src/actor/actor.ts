@@ -10,13 +10,19 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
-import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
 import { archiveAsOwner, isArchivable } from '../store/history.ts';
-import type { AttemptRecord, DeliveryDoc, HistoryEntry, MessageDoc, Ownership } from '../store/messages.ts';
-import { writeAsOwner } from '../store/messages.ts';
+import type {
+  AttemptRecord,
+  DeliveryDoc,
+  HistoryEntry,
+  MessageDoc,
+  Ownership,
+  StoredAuth,
+} from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
+import { writeAsOwner } from '../store/working-set.ts';
 import { aggregateState, type MessageEvent, type MessageState, transition } from './machine.ts';
 import {
   afterFailure,

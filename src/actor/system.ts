@@ -8,15 +8,11 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
 import { restoreRecord } from '../store/history.ts';
-import {
-  claimMessage,
-  deleteExpiredLeases,
-  findDue,
-  type MessageDoc,
-  removeAbandonedRecords,
-} from '../store/messages.ts';
+import { claimMessage, deleteExpiredLeases, findDue } from '../store/leases.ts';
+import type { MessageDoc } from '../store/messages.ts';
 import { rawExists } from '../store/raw.ts';
 import { getMessage } from '../store/reads.ts';
+import { removeAbandonedRecords } from '../store/working-set.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 
 export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {

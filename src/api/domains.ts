@@ -3,13 +3,8 @@
 import { domainToASCII } from 'node:url';
 import type { FastifyPluginAsync } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
-import {
-  createDomain,
-  type DomainDoc,
-  deleteDomain,
-  findDomainByName,
-  listDomains,
-} from '../store/domains.ts';
+import type { DomainDoc } from '../store/documents.ts';
+import { createDomain, deleteDomain, findDomainByName, listDomains } from '../store/domains.ts';
 import { isDuplicateKey } from '../store/ids.ts';
 import type { Store } from '../store/mongo.ts';
 

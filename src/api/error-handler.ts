@@ -2,7 +2,7 @@
 // A client's mistake is always a 4xx; only our own faults are 500, and they are logged.
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { ERRORS, type ErrorCode, ServiceError } from '../errors/catalog.ts';
-import { isDatabaseUnavailable } from '../store/mongo.ts';
+import { isDatabaseUnavailable } from '../store/failures.ts';
 
 export interface ErrorBody {
   error: ErrorCode;

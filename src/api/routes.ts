@@ -4,9 +4,10 @@ import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
-import { type PatternKind, parseRecipientPattern } from '../route/pattern.ts';
+import { parseRecipientPattern } from '../route/pattern.ts';
+import type { PatternKind, RouteDoc } from '../store/documents.ts';
 import { findDomainByName } from '../store/domains.ts';
-import { createRoute, deleteRoute, findRouteByPattern, listRoutes, type RouteDoc } from '../store/routes.ts';
+import { createRoute, deleteRoute, findRouteByPattern, listRoutes } from '../store/routes.ts';
 import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {

@@ -6,11 +6,12 @@ import type { Attachment, HeaderLines, ParsedMail, SimpleParserOptions } from 'm
 import { simpleParser } from 'mailparser';
 import { type AttachmentLinks, attachmentUrl } from '../deliver/attachment-url.ts';
 import { deliveryHeaders } from '../deliver/sign.ts';
+import type { StoredAuth } from '../store/messages.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
 import type { MimeStructure } from './mime-structure.ts';
 import { scanStructure } from './mime-structure.ts';
-import { type AuthRequest, authenticateMessage, type StoredAuth } from './sender-auth.ts';
+import { type AuthRequest, authenticateMessage } from './sender-auth.ts';
 
 export interface Envelope {
   mail_from: string;

@@ -4,8 +4,9 @@
 // Infrastructure failures come back as results, never as rejections.
 import { Piscina } from 'piscina';
 import { metrics } from '../metrics/metrics.ts';
+import type { StoredAuth } from '../store/messages.ts';
 import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
-import type { AuthRequest, StoredAuth } from './sender-auth.ts';
+import type { AuthRequest } from './sender-auth.ts';
 
 export interface ParsePoolOptions {
   threads: number;

@@ -6,20 +6,7 @@
 import { Resolver } from 'node:dns/promises';
 import os from 'node:os';
 import { authenticate, spf } from 'mailauth';
-
-export interface SenderAuth {
-  spf: { result: string; domain: string };
-  dkim: Array<{ result: string; domain: string; selector: string }>;
-  dmarc: { result: string; policy: string; domain: string };
-  arc: { result: string };
-}
-
-/** What is stored with the message record and sent in every payload of it. */
-export interface StoredAuth {
-  results: SenderAuth;
-  /** the Authentication-Results header value (authserv-id; results) */
-  header: string;
-}
+import type { SenderAuth, StoredAuth } from '../store/messages.ts';
 
 export interface AuthRequest {
   /** the connecting client's address */

@@ -6,8 +6,9 @@
 // counter (src/store/routing-version.ts, every VERSION_POLL_MS) does the same for changes made by
 // other instances on the same database. A snapshot also ages out after `ttlMs`, and a miss
 // (unknown domain, no matching route) reloads first (at most every MISS_RELOAD_MS).
+
+import type { RouteDoc } from '../store/documents.ts';
 import type { Store } from '../store/mongo.ts';
-import type { RouteDoc } from '../store/routes.ts';
 import { readRoutingVersion } from '../store/routing-version.ts';
 import { compileRouteTable, type RouteMatch, type RouteRule, type RouteTable } from './match.ts';
 

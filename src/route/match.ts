@@ -1,6 +1,7 @@
 // Owns recipient → route selection: compiles stored routes once into lookup structures, then picks, for
 // each recipient address, the single route that receives it (exact > plus > regex > wildcard, oldest first).
-import { compileRegex, type PatternKind } from './pattern.ts';
+import type { PatternKind } from '../store/documents.ts';
+import { compileRegex } from './pattern.ts';
 
 export interface RouteRule {
   id: string;

@@ -2,12 +2,11 @@
 // stored and returned by the API, plus the one place regexes are compiled so every match runs in linear time.
 import { setFlagsFromString } from 'node:v8';
 import { checkSync } from 'recheck';
+import type { PatternKind } from '../store/documents.ts';
 
 // Unlocks the 'l' regexp flag (V8's non-backtracking engine). Must happen before any 'l' regex is built,
 // hence at module load rather than lazily.
 setFlagsFromString('--enable-experimental-regexp-engine');
-
-export type PatternKind = 'exact' | 'plus' | 'regex' | 'wildcard';
 
 export interface ParsedPattern {
   kind: PatternKind;

@@ -16,12 +16,12 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics, type SmtpReason } from '../metrics/metrics.ts';
 import type { Parser } from '../parse/pool.ts';
-import type { StoredAuth } from '../parse/sender-auth.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { newId } from '../store/ids.ts';
-import { insertAcceptedMessage, type MessageDoc } from '../store/messages.ts';
+import type { MessageDoc, StoredAuth } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawUpload, type RawUpload } from '../store/raw.ts';
+import { insertAcceptedMessage } from '../store/working-set.ts';
 import { withDeadline } from '../util/deadline.ts';
 import { observeLibraryRefusals, useOwnEnhancedCodes } from './replies.ts';
 

@@ -69,21 +69,6 @@ export class Batcher<Op, Result> {
   }
 }
 
-/** One value per owner (a store), made on first use: a connection's batchers are built once. */
-export function memoizePer<Owner extends object, Value>(
-  make: (owner: Owner) => Value,
-): (owner: Owner) => Value {
-  const made = new WeakMap<Owner, Value>();
-  return (owner) => {
-    let value = made.get(owner);
-    if (value === undefined) {
-      value = make(owner);
-      made.set(owner, value);
-    }
-    return value;
-  };
-}
-
 /** A batcher per collection name, for writes spread over the hourly partitions. */
 export class BatcherPerName<Op, Result> {
   private readonly make: (name: string) => Batcher<Op, Result>;

@@ -1,13 +1,7 @@
-// The domains collection: the domains the service accepts mail for.
+// The domains collection: the domains the service accepts mail for (documents: DomainDoc).
+import type { DomainDoc } from './documents.ts';
 import { insertWithNewId, isId } from './ids.ts';
 import type { Store } from './mongo.ts';
-
-export interface DomainDoc {
-  _id: string;
-  /** lowercase hostname, unique */
-  name: string;
-  created_at: Date;
-}
 
 export async function createDomain(store: Store, name: string): Promise<DomainDoc> {
   return insertWithNewId('d', async (id) => {

@@ -36,11 +36,6 @@ export function isId(prefix: IdPrefix, id: string): boolean {
   return id.length === 24 && id.startsWith(`${prefix}-`) && ID_PATTERN.test(id);
 }
 
-/** The creation time encoded in an id. */
-export function idTime(id: string): Date {
-  return new Date(Number(id.slice(2, 15)));
-}
-
 /** MongoDB's duplicate-key error, the one write failure we answer by trying again. */
 export function isDuplicateKey(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === 11000;

@@ -1,13 +1,23 @@
-// The working set: one document per message in flight (accepted and not yet final), with its
-// lifecycle history, its delivery attempts and its deliveries (one per matched route). A final
-// message moves to its history partition (history.ts); the raw bytes are in raw.ts.
-import type { ObjectId, UpdateFilter } from 'mongodb';
-import pRetry from 'p-retry';
+// The working set's document: one per message in flight (accepted and not yet final), with its
+// lifecycle history, its delivery attempts and its deliveries (one per matched route). Types only:
+// working-set.ts writes it, leases.ts claims it, a final message moves to its history partition
+// (history.ts); the raw bytes are in raw.ts.
+import type { ObjectId } from 'mongodb';
 import type { MessageState } from '../actor/machine.ts';
-import type { StoredAuth } from '../parse/sender-auth.ts';
-import { Batcher } from './batcher.ts';
-import { isDuplicateKey } from './ids.ts';
-import { insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
+
+export interface SenderAuth {
+  spf: { result: string; domain: string };
+  dkim: Array<{ result: string; domain: string; selector: string }>;
+  dmarc: { result: string; policy: string; domain: string };
+  arc: { result: string };
+}
+
+/** Sender authentication as stored with the message record and sent in every payload of it. */
+export interface StoredAuth {
+  results: SenderAuth;
+  /** the Authentication-Results header value (authserv-id; results) */
+  header: string;
+}
 
 export interface HistoryEntry {
   state: MessageState;
@@ -80,216 +90,9 @@ export interface MessageDoc {
   replays?: number;
 }
 
-export interface LeaseDoc {
-  /** `<message id>:<epoch>`: the unique key whose insert decides ownership */
-  _id: string;
-  owner: string;
-  expires_at: Date;
-}
-
-/**
- * Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. A
- * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
- * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
- */
-export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Promise<void> {
-  await pRetry(
-    async () => {
-      try {
-        const outcome = await writeBatchers(store).inserts.submit(doc);
-        if (outcome) throw outcome;
-      } catch (err) {
-        // ours (an earlier try that was applied) or another process's message with the same id
-        if (
-          isDuplicateKey(err) &&
-          (await store.messages.countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
-        )
-          return;
-        throw err;
-      }
-    },
-    // two more tries at most: the sender is waiting for its answer
-    { ...TRANSIENT_RETRY, retries: 2 },
-  );
-}
-
 /** Who holds a message and at which version: every write by the owner is fenced by it. */
 export interface Ownership {
   id: string;
   epoch: number;
   version: number;
-}
-
-/**
- * Applies one update as the message's owner: it matches only while the epoch (nobody took the
- * message over) and the version (nothing else wrote since) are the expected ones. Returns the
- * new version, or undefined when the write lost (ownership is gone: the caller stops).
- */
-export async function writeAsOwner(
-  store: Store,
-  owner: Ownership,
-  update: UpdateFilter<MessageDoc>,
-): Promise<number | undefined> {
-  // a busy or briefly unreachable database is tried again; a retried write that had in fact been
-  // applied is recognised by the version it left (see applyOwnerWrites)
-  const applied = await pRetry(
-    () => writeBatchers(store).ownerWrites.submit({ owner, update: scheduling(update) }),
-    TRANSIENT_RETRY,
-  );
-  return applied ? owner.version + 1 : undefined;
-}
-
-interface OwnerWrite {
-  owner: Ownership;
-  update: UpdateFilter<MessageDoc>;
-}
-
-/**
- * The owners' writes of many messages in one unordered bulk update: one round trip for all the
- * actors that wrote at the same moment. When fewer matched than were sent, some fence held (the
- * message was taken over) or a retry finds its own earlier write applied: the versions read back
- * tell which writes are in (same epoch, version one past the expected one).
- */
-async function applyOwnerWrites(store: Store, writes: OwnerWrite[]): Promise<boolean[]> {
-  const result = await store.messages.bulkWrite(
-    writes.map(({ owner, update }) => ({
-      updateOne: {
-        filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
-        update: { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
-      },
-    })),
-    { ordered: false },
-  );
-  if (result.matchedCount === writes.length) return writes.map(() => true);
-  const now = await store.messages
-    .find(
-      { _id: { $in: writes.map((w) => w.owner.id) } },
-      { projection: { _id: 1, lease_epoch: 1, version: 1 } },
-    )
-    .toArray();
-  const byId = new Map(now.map((doc) => [doc._id, doc]));
-  return writes.map(({ owner }) => {
-    const doc = byId.get(owner.id);
-    return doc?.lease_epoch === owner.epoch && doc.version === owner.version + 1;
-  });
-}
-
-interface WriteBatchers {
-  inserts: Batcher<MessageDoc, Error | undefined>;
-  ownerWrites: Batcher<OwnerWrite, boolean>;
-}
-
-const batchers = new WeakMap<Store, WriteBatchers>();
-
-/** The hot path's writes, coalesced per connection: see batcher.ts. */
-function writeBatchers(store: Store): WriteBatchers {
-  let found = batchers.get(store);
-  if (!found) {
-    found = {
-      inserts: new Batcher({
-        maxInFlight: 4,
-        maxBatch: 100,
-        flush: (docs) => insertEach(store.messages, docs),
-      }),
-      // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL
-      // connection) open until the whole command ends, and waits for one more for each write; a
-      // bulk update as large as its pool (50) deadlocks the server for good
-      ownerWrites: new Batcher({
-        maxInFlight: 2,
-        maxBatch: 8,
-        flush: (writes) => applyOwnerWrites(store, writes),
-      }),
-    };
-    batchers.set(store, found);
-  }
-  return found;
-}
-
-/** `scheduled` follows `due_at`: set with it, removed with it (one place for the rule). */
-function scheduling(update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> {
-  if (update.$unset && 'due_at' in update.$unset)
-    return { ...update, $unset: { ...update.$unset, scheduled: '' } };
-  if (update.$set && 'due_at' in update.$set) return { ...update, $set: { ...update.$set, scheduled: true } };
-  return update;
-}
-
-/** Messages that need an owner: lease expired, or a retry due. Oldest first. */
-export function findDue(
-  store: Store,
-  now: Date,
-  limit: number,
-): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch' | 'lease_owner'>>> {
-  return store.messages
-    .find(
-      { scheduled: true, due_at: { $lte: now } },
-      { projection: { _id: 1, lease_epoch: 1, lease_owner: 1 } },
-    )
-    .sort({ due_at: 1 })
-    .limit(limit)
-    .toArray();
-}
-
-/**
- * Takes a message over at the next epoch. The insert of lease `<id>:<epoch>` on the unique `_id`
- * decides the one winner among any number of claimants (atomic on MongoDB and FerretDB alike,
- * where a conditional update is not); only the winner then moves the message to that epoch.
- * A winner that died between the two steps leaves an expired lease and the message at the old
- * epoch: a later claimant moves past such an orphaned lease to the next epoch.
- */
-export async function claimMessage(
-  store: Store,
-  id: string,
-  currentEpoch: number,
-  owner: string,
-  leaseMs: number,
-): Promise<MessageDoc | undefined> {
-  const expiresAt = new Date(Date.now() + leaseMs);
-  let epoch = currentEpoch + 1;
-  for (let skipped = 0; ; skipped++) {
-    try {
-      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
-      break;
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
-      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
-      // a live claim, or too many orphans to be plausible: leave the message to its owner
-      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
-      epoch++;
-    }
-  }
-  // the won epoch must reach the message; a transient failure here would orphan the lease
-  return (
-    (await pRetry(
-      () =>
-        store.messages.findOneAndUpdate(
-          { _id: id, lease_epoch: currentEpoch },
-          {
-            $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
-            $inc: { version: 1, claims: 1 },
-          },
-          { returnDocument: 'after' },
-        ),
-      TRANSIENT_RETRY,
-    )) ?? undefined
-  );
-}
-
-/**
- * Removes the records of messages whose senders were told 451, where their inserts landed after
- * all (a database that stalls can apply a write after the driver gave up on it). Only untouched
- * records go: one an owner has written to since is left to its lease. One command for all.
- */
-export async function removeAbandonedRecords(store: Store, ids: string[]): Promise<number> {
-  const deleted = await store.messages.deleteMany({
-    state: 'queued',
-    version: 1,
-    lease_epoch: 1,
-    _id: { $in: ids },
-  });
-  return deleted.deletedCount;
-}
-
-/** Expiry is a periodic delete (FerretDB has no TTL indexes). */
-export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
-  return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;
 }

@@ -1,18 +1,12 @@
 // The MongoDB connection, the collections and the indexes the queries need (created idempotently
 // at startup). Works unchanged on MongoDB 7+ and FerretDB 1.24: no transactions, no change
 // streams, no TTL indexes, no keys with '.' or a leading '$'.
-import {
-  type Collection,
-  type Db,
-  type MongoBulkWriteError,
-  MongoClient,
-  type MongoClientOptions,
-} from 'mongodb';
-import type { DomainDoc } from './domains.ts';
-import type { LeaseDoc, MessageDoc } from './messages.ts';
+import { type Collection, type Db, MongoClient, type MongoClientOptions } from 'mongodb';
+import type { DomainDoc, LeaseDoc, RouteDoc } from './documents.ts';
+import type { MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
 import { PartitionCatalog } from './partitions.ts';
-import type { RouteDoc } from './routes.ts';
+import { buildWrites, type StoreWrites } from './writes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
 
@@ -26,6 +20,8 @@ export interface Store {
   readonly leases: Collection<LeaseDoc>;
   /** the hourly history partitions that exist (see partitions.ts) */
   readonly partitions: PartitionCatalog;
+  /** the batched writes of the hot path, made once for this connection (writes.ts) */
+  readonly writes: StoreWrites;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -55,9 +51,6 @@ export const DEFAULT_POOL_SIZE = 10;
 
 const CONNECT_TIMEOUT_MS = 5000;
 
-/** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
-export const DURABLE = Object.freeze({ w: 'majority', j: true } as const);
-
 export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const clientOptions: MongoClientOptions = {
     serverSelectionTimeoutMS: options.serverSelectionTimeoutMs ?? 5000,
@@ -80,14 +73,16 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
 
+  const messages = database.collection<MessageDoc>('messages');
   const store: Store = {
     client,
     db: database,
     domains: database.collection<DomainDoc>('domains'),
     routes: database.collection<RouteDoc>('routes'),
-    messages: database.collection<MessageDoc>('messages'),
+    messages,
     leases: database.collection<LeaseDoc>('leases'),
     partitions: new PartitionCatalog(database),
+    writes: buildWrites(database, messages),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });
@@ -124,73 +119,4 @@ export async function ensureIndexes(store: Store): Promise<void> {
     { due_at: { $exists: true }, scheduled: { $exists: false } },
     { $set: { scheduled: true } },
   );
-}
-
-const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
-  'MongoServerSelectionError',
-  'MongoNetworkError',
-  'MongoNetworkTimeoutError',
-  'MongoTopologyClosedError',
-  'MongoNotConnectedError',
-  'MongoOperationTimeoutError',
-  'MongoPoolClearedError',
-]);
-
-/** True for failures that mean "the database cannot be reached now", as opposed to a bad request. */
-export function isDatabaseUnavailable(err: unknown): boolean {
-  return err instanceof Error && UNAVAILABLE_ERRORS.has(err.name);
-}
-
-/**
- * True for failures worth an immediate retry: the database unreachable for a moment, or busy
- * (FerretDB's SQLite backend answers SQLITE_BUSY under concurrent writers).
- */
-export function isTransient(err: unknown): boolean {
-  if (isDatabaseUnavailable(err)) return true;
-  const message = err instanceof Error ? err.message : '';
-  return /SQLITE_BUSY|database is locked|deadlock|could not serialize/i.test(message);
-}
-
-/**
- * How a store write is tried again when the database is briefly unreachable or busy (p-retry
- * options): a few quick tries, then the caller's own fallback (a 451, a later retry of the message).
- */
-export const TRANSIENT_RETRY = Object.freeze({
-  retries: 3,
-  minTimeout: 50,
-  maxTimeout: 500,
-  shouldRetry: ({ error }: { error: unknown }) => isTransient(error),
-});
-
-/**
- * insertMany, unordered, durable; one outcome per document (undefined: stored). A failure of the
- * whole command (the database unreachable) rejects, and every caller sees it.
- */
-export async function insertEach<T extends { _id: unknown }>(
-  collection: Collection<T>,
-  docs: T[],
-): Promise<Array<Error | undefined>> {
-  try {
-    await collection.insertMany(docs as never[], { ordered: false, writeConcern: DURABLE });
-    return docs.map(() => undefined);
-  } catch (err) {
-    // per-document outcomes only when the error accounts for every document: some refused, the
-    // rest inserted and durable. Anything else (no write errors listed, a write concern error,
-    // counts that do not add up) fails them all: a 250 must never rest on a guess
-    const bulk = err as Partial<MongoBulkWriteError>;
-    const writeErrors = bulk.writeErrors === undefined ? [] : [bulk.writeErrors].flat();
-    if (
-      writeErrors.length === 0 ||
-      bulk.writeConcernError ||
-      bulk.insertedCount !== docs.length - writeErrors.length
-    )
-      throw err;
-    const outcomes: Array<Error | undefined> = docs.map(() => undefined);
-    for (const writeError of writeErrors) {
-      const failure = new Error(writeError.errmsg ?? 'write failed') as Error & { code?: number };
-      failure.code = writeError.code;
-      outcomes[writeError.index] = failure;
-    }
-    return outcomes;
-  }
 }

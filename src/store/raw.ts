@@ -13,9 +13,10 @@ import { PassThrough, Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { createGunzip, createGzip, gunzip, gzip } from 'node:zlib';
 import { Binary, type Collection, GridFSBucket, type ObjectId } from 'mongodb';
-import { Batcher, BatcherPerName, memoizePer } from './batcher.ts';
-import { DURABLE, insertEach, type Store } from './mongo.ts';
+import type { RawDocument } from './documents.ts';
+import type { Store } from './mongo.ts';
 import { partitionName, partitionOfId } from './partitions.ts';
+import { DURABLE } from './writes.ts';
 
 /** Messages up to this size are stored as one document; above it, in GridFS. */
 export const RAW_DOCUMENT_MAX_BYTES = 4 * 1024 * 1024;
@@ -26,15 +27,6 @@ const GZIP = Object.freeze({ level: 1 });
 
 const gzipAsync = promisify(gzip);
 const gunzipAsync = promisify(gunzip);
-
-export interface RawDocument {
-  /** the message id */
-  _id: string;
-  /** the bytes received, gzip-compressed */
-  data: Binary;
-  /** bytes as received (before compression) */
-  size: number;
-}
 
 /** Where a message's raw bytes are: by its id, or (records of the earlier layout) by `raw_id`. */
 export interface RawLocation {
@@ -53,26 +45,12 @@ function rawBucket(store: Store, messageId: string): GridFSBucket {
   });
 }
 
-/** One insert command for the raw documents of every message finishing at the same moment. */
-const documentInserter = memoizePer(
-  (store: Store) =>
-    new BatcherPerName<RawDocument, Error | undefined>(
-      (name) =>
-        new Batcher({
-          maxInFlight: 4,
-          // a few MB each at most: one command stays well under the 48 MB wire message limit
-          maxBatch: 32,
-          flush: (docs) => insertEach(store.db.collection<RawDocument>(name), docs),
-        }),
-    ),
-);
-
 /** Compresses and stores one message's bytes as a document (batched with others); throws on failure. */
 async function insertRawDocument(store: Store, messageId: string, bytes: Uint8Array): Promise<void> {
   const data = new Binary(await gzipAsync(bytes, GZIP));
   const name = partitionName('raw', partitionOfId(messageId));
   store.partitions.note('raw', partitionOfId(messageId));
-  const outcome = await documentInserter(store).submit(name, { _id: messageId, data, size: bytes.length });
+  const outcome = await store.writes.rawInserts.submit(name, { _id: messageId, data, size: bytes.length });
   if (outcome) throw outcome;
 }
 

@@ -6,11 +6,12 @@
 // history. On MongoDB an index serves each query; FerretDB sorts one hour's partition in memory.
 import type { Filter } from 'mongodb';
 import type { MessageState } from '../actor/machine.ts';
-import { type ArchivedRecord, findRecord, unpackRecord } from './history.ts';
+import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { PARTITION_MS, partitionKey, partitionName, partitionOfId, type RecordKind } from './partitions.ts';
+import { type ArchivedRecord, unpackRecord } from './records.ts';
 
 /** A message by id: in the working set while in flight, else in its history partition. */
 export async function getMessage(store: Store, id: string): Promise<MessageDoc | null> {

@@ -1,22 +1,8 @@
-// The routes collection: recipient patterns of a domain and where their mail is delivered.
-import type { PatternKind } from '../route/pattern.ts';
+// The routes collection: recipient patterns of a domain and where their mail is delivered
+// (documents: RouteDoc).
+import type { RouteDoc } from './documents.ts';
 import { insertWithNewId, isId } from './ids.ts';
 import type { Store } from './mongo.ts';
-
-export interface RouteDoc {
-  _id: string;
-  domain: string;
-  /** normalised pattern text */
-  recipient_pattern: string;
-  kind: PatternKind;
-  scope: 'address' | 'local';
-  webhook_url: string;
-  /** absent when not set */
-  webhook_secret?: string;
-  /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
-  dmarc_reject?: true;
-  created_at: Date;
-}
 
 export type NewRoute = Omit<RouteDoc, '_id' | 'created_at'>;
 
@@ -31,13 +17,6 @@ export async function createRoute(store: Store, route: NewRoute): Promise<RouteD
 
 export function listRoutes(store: Store): Promise<RouteDoc[]> {
   return store.routes.find({}).sort({ _id: 1 }).toArray();
-}
-
-export function routesOfDomains(store: Store, domains: readonly string[]): Promise<RouteDoc[]> {
-  return store.routes
-    .find({ domain: { $in: [...domains] } })
-    .sort({ _id: 1 })
-    .toArray();
 }
 
 /** The route of `domain` with one of these (normalised) patterns, if there is one. */

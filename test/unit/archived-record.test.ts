@@ -2,8 +2,8 @@
 // lost or changed on the way back (dates stay dates, ids stay ids, the working-set fields go).
 import test from 'ava';
 import { ObjectId } from 'mongodb';
-import { packRecord, unpackRecord } from '../../src/store/history.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
+import { packRecord, unpackRecord } from '../../src/store/records.ts';
 
 const at = new Date('2026-11-23T08:00:00.123Z');
 const doc: MessageDoc = {

@@ -1,0 +1,49 @@
+// The documents of the collections beside the working set (whose documents are in messages.ts):
+// types only, so that the connection (mongo.ts) and the modules that read and write a collection
+// name them without importing each other.
+import type { Binary } from 'mongodb';
+
+/** `domains`: the domains the service accepts mail for. */
+export interface DomainDoc {
+  _id: string;
+  /** lowercase hostname, unique */
+  name: string;
+  created_at: Date;
+}
+
+/** How a route's recipient_pattern matches (src/route/pattern.ts parses and validates it). */
+export type PatternKind = 'exact' | 'plus' | 'regex' | 'wildcard';
+
+/** `routes`: recipient patterns of a domain and where their mail is delivered. */
+export interface RouteDoc {
+  _id: string;
+  domain: string;
+  /** normalised pattern text */
+  recipient_pattern: string;
+  kind: PatternKind;
+  scope: 'address' | 'local';
+  webhook_url: string;
+  /** absent when not set */
+  webhook_secret?: string;
+  /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
+  dmarc_reject?: true;
+  created_at: Date;
+}
+
+/** `leases`: ownership claims of messages (leases.ts). */
+export interface LeaseDoc {
+  /** `<message id>:<epoch>`: the unique key whose insert decides ownership */
+  _id: string;
+  owner: string;
+  expires_at: Date;
+}
+
+/** `raw_<hour>`: a message's raw bytes up to 4 MB (raw.ts). */
+export interface RawDocument {
+  /** the message id */
+  _id: string;
+  /** the bytes received, gzip-compressed */
+  data: Binary;
+  /** bytes as received (before compression) */
+  size: number;
+}

@@ -1,0 +1,46 @@
+// How the store tells a database that cannot be reached (or is busy for a moment) from a request
+// it refuses, and the one policy for trying a write again in the first case.
+import pRetry from 'p-retry';
+
+const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
+  'MongoServerSelectionError',
+  'MongoNetworkError',
+  'MongoNetworkTimeoutError',
+  'MongoTopologyClosedError',
+  'MongoNotConnectedError',
+  'MongoOperationTimeoutError',
+  'MongoPoolClearedError',
+]);
+
+/** True for failures that mean "the database cannot be reached now", as opposed to a bad request. */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  return err instanceof Error && UNAVAILABLE_ERRORS.has(err.name);
+}
+
+/**
+ * True for failures worth an immediate retry: the database unreachable for a moment, or busy
+ * (FerretDB's SQLite backend answers SQLITE_BUSY under concurrent writers).
+ */
+export function isTransient(err: unknown): boolean {
+  if (isDatabaseUnavailable(err)) return true;
+  const message = err instanceof Error ? err.message : '';
+  return /SQLITE_BUSY|database is locked|deadlock|could not serialize/i.test(message);
+}
+
+/** Tries after the first when every one fails transiently. */
+const TRANSIENT_RETRIES = 3;
+
+/**
+ * Runs a store operation, trying it again when the database is briefly unreachable or busy: a few
+ * quick tries (50 ms doubling to 500 ms), then the failure goes to the caller's own fallback (a
+ * 451, a later retry of the message). `retries` lowers the count where someone waits for the
+ * answer (an SMTP sender). Any other failure is the caller's at once.
+ */
+export function retryTransient<T>(operation: () => Promise<T>, retries = TRANSIENT_RETRIES): Promise<T> {
+  return pRetry(operation, {
+    retries,
+    minTimeout: 50,
+    maxTimeout: 500,
+    shouldRetry: ({ error }) => isTransient(error),
+  });
+}

@@ -1,0 +1,70 @@
+// Ownership of messages in flight: the scheduler's query for messages that need an owner, the
+// claim of one at the next epoch (a unique insert into `leases`), and the expiry of old claims.
+import { retryTransient } from './failures.ts';
+import { isDuplicateKey } from './ids.ts';
+import type { MessageDoc } from './messages.ts';
+import type { Store } from './mongo.ts';
+
+/** Messages that need an owner: lease expired, or a retry due. Oldest first. */
+export function findDue(
+  store: Store,
+  now: Date,
+  limit: number,
+): Promise<Array<Pick<MessageDoc, '_id' | 'lease_epoch' | 'lease_owner'>>> {
+  return store.messages
+    .find(
+      { scheduled: true, due_at: { $lte: now } },
+      { projection: { _id: 1, lease_epoch: 1, lease_owner: 1 } },
+    )
+    .sort({ due_at: 1 })
+    .limit(limit)
+    .toArray();
+}
+
+/**
+ * Takes a message over at the next epoch. The insert of lease `<id>:<epoch>` on the unique `_id`
+ * decides the one winner among any number of claimants (atomic on MongoDB and FerretDB alike,
+ * where a conditional update is not); only the winner then moves the message to that epoch.
+ * A winner that died between the two steps leaves an expired lease and the message at the old
+ * epoch: a later claimant moves past such an orphaned lease to the next epoch.
+ */
+export async function claimMessage(
+  store: Store,
+  id: string,
+  currentEpoch: number,
+  owner: string,
+  leaseMs: number,
+): Promise<MessageDoc | undefined> {
+  const expiresAt = new Date(Date.now() + leaseMs);
+  let epoch = currentEpoch + 1;
+  for (let skipped = 0; ; skipped++) {
+    try {
+      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
+      break;
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
+      // a live claim, or too many orphans to be plausible: leave the message to its owner
+      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
+      epoch++;
+    }
+  }
+  // the won epoch must reach the message; a transient failure here would orphan the lease
+  return (
+    (await retryTransient(() =>
+      store.messages.findOneAndUpdate(
+        { _id: id, lease_epoch: currentEpoch },
+        {
+          $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
+          $inc: { version: 1, claims: 1 },
+        },
+        { returnDocument: 'after' },
+      ),
+    )) ?? undefined
+  );
+}
+
+/** Expiry is a periodic delete (FerretDB has no TTL indexes). */
+export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
+  return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;
+}

@@ -1,0 +1,42 @@
+// The form of a final record in its history partition (history.ts): the fields a listing shows and
+// filters on as fields, everything else packed as one BSON value.
+import { Binary, BSON } from 'mongodb';
+import type { MessageDoc } from './messages.ts';
+
+/** The fields a listing shows and filters on: kept as they are in a partition. */
+const SUMMARY_FIELDS = [
+  '_id',
+  'message_id',
+  'from',
+  'to',
+  'subject',
+  'received_at',
+  'state',
+  'domains',
+] as const;
+type Summary = Pick<MessageDoc, (typeof SUMMARY_FIELDS)[number]>;
+
+/**
+ * A final record as its partition keeps it: the summary fields as fields (listed, filtered,
+ * queryable by an operator), and everything else (history, attempts, deliveries, envelope, ...)
+ * packed as one BSON value. FerretDB decodes every document a query reads, field by field; a
+ * listing page of an hour read 3 to 8 times faster this way than with the nested arrays as fields.
+ */
+export interface ArchivedRecord extends Summary {
+  detail: Binary;
+}
+
+/** Packs a final message for its partition, leaving out what belongs to the working set only. */
+export function packRecord(doc: MessageDoc): ArchivedRecord {
+  const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, ...record } = doc;
+  const summary: Record<string, unknown> = {};
+  const detail: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(record))
+    ((SUMMARY_FIELDS as readonly string[]).includes(key) ? summary : detail)[key] = value;
+  return { ...(summary as unknown as Summary), detail: new Binary(BSON.serialize(detail)) };
+}
+
+export function unpackRecord(record: ArchivedRecord): MessageDoc {
+  const { detail, ...summary } = record;
+  return { ...summary, ...(BSON.deserialize(detail.buffer) as Omit<MessageDoc, keyof Summary>) };
+}
