@@ -17,15 +17,16 @@ import {
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type LocalServer, startLocalServer } from '../src/local-db/server.ts';
 import type { ProcessStats } from '../src/service/process-stats.ts';
-import { answers, freePort, type LocalServer, startLocalServer } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
-import { seedHistory } from '../src/store/seed.ts';
-import { type ServiceProcess, startService } from '../test/_support/service.ts';
+import { answers, freePort } from '../src/util/ports.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
 import { childrenOf, commandLine, cpuSeconds, memoryMb, postgresPids } from './bench/proc.ts';
+import { seedHistory } from './bench/seed.ts';
 import { type LoadCommand, type LoadResult, now } from './bench/smtp-load.ts';
 import type { Arrival } from './bench/webhook-sink.ts';
+import { type ServiceProcess, startService } from './service-process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const QUICK = process.env.BENCH_SCALE === 'quick';
@@ -923,7 +924,7 @@ async function apiCase(sink: Sink, workers: number, stored: number): Promise<Rec
   return { storedMessages: stored, loadSeconds, figures };
 }
 
-/** History written in bulk by the project's own store code (src/store/seed.ts), 30 days of it. */
+/** History written in bulk by the project's own store code (scripts/bench/seed.ts), 30 days of it. */
 async function seed(
   database: BenchDatabase,
   dbName: string,
@@ -1413,7 +1414,7 @@ function renderHistory(results: Record<string, unknown>): string {
   >;
   const lines = [
     `The mix, ${HISTORY.messages} messages over ${HISTORY.concurrency} persistent sessions (after the usual warm-up), on a database`,
-    'with no history and with a history of final messages seeded in bulk by `src/store/seed.ts` (received',
+    'with no history and with a history of final messages seeded in bulk by `scripts/bench/seed.ts` (received',
     `over 30 days, 1 in 50 in dlq); then ${HISTORY.requests} requests per endpoint, one at a time, each given up after`,
     `${HISTORY.requestTimeoutMs / 1000} s (an endpoint after ${HISTORY.maxTimeouts} of those or ${HISTORY.endpointBudgetMs / 1000} s). Targets from issue 11.`,
     '',

@@ -4,15 +4,16 @@
 import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { startLocalServer } from '../src/store/local-server.ts';
+import { startLocalServer } from '../src/local-db/server.ts';
 
 const { values } = parseArgs({ options: { 'data-dir': { type: 'string' }, port: { type: 'string' } } });
 const dataDir = values['data-dir'] ?? mkdtempSync(path.join(os.tmpdir(), 'mailroute-db-'));
 const server = await startLocalServer({
   dataDir,
   port: Number(values.port ?? 0),
-  buildFerretDb: true,
+  buildFerretDb: fileURLToPath(new URL('./install-ferretdb.sh', import.meta.url)),
   ferretBackend: 'auto',
 });
 process.stdout.write(`${server.uri}\n`);

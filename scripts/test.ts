@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type LocalServer, startLocalServer } from '../src/store/local-server.ts';
+import { type LocalServer, startLocalServer } from '../src/local-db/server.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let server: LocalServer | undefined;

@@ -4,15 +4,15 @@
 import cluster, { type Worker } from 'node:cluster';
 import { fileURLToPath } from 'node:url';
 import { describeConfig, loadConfigOrExit } from '../src/config/schema.ts';
+import { type ResolvedDatabase, resolveDatabase } from '../src/local-db/resolve.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
 import { serveClusterMetrics } from '../src/metrics/cluster.ts';
 import { PrimaryBroker } from '../src/service/primary-link.ts';
 import { Housekeeping } from '../src/store/housekeeping.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../src/store/keys.ts';
-import { freePort, NO_SERVER_ADVICE } from '../src/store/local-server.ts';
 import { openStore } from '../src/store/mongo.ts';
-import { type ResolvedDatabase, resolveDatabase } from '../src/store/resolve.ts';
+import { freePort } from '../src/util/ports.ts';
 
 const SHUTDOWN_DEADLINE_MS = 30_000;
 const WAITING_LOG_MS = 2000;
@@ -90,11 +90,12 @@ if (!config.apiKey) {
 }
 
 try {
-  database = await resolveDatabase(config);
-} catch (err) {
-  process.stderr.write(
-    `${(err as Error).message.startsWith('No MongoDB') ? (err as Error).message : `${NO_SERVER_ADVICE} (${(err as Error).message})`}\n`,
+  database = await resolveDatabase(
+    config,
+    fileURLToPath(new URL('../scripts/install-ferretdb.sh', import.meta.url)),
   );
+} catch (err) {
+  process.stderr.write(`${(err as Error).message}\n`);
   process.exit(1);
 }
 const databaseUri = database.uri;

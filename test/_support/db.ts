@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startLocalServer } from '../../src/store/local-server.ts';
+import { startLocalServer } from '../../src/local-db/server.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
 
 let serverUri: Promise<string> | undefined;

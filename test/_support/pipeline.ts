@@ -1,10 +1,10 @@
 // The running service (as `npm start` runs it) with its own database, a webhook receiver and an
 // API client: what the end-to-end tests start from.
 import type { ExecutionContext } from 'ava';
+import { type ServiceProcess, startService } from '../../scripts/service-process.ts';
 import { databaseUri, freshDbName } from './db.ts';
 import { ApiClient } from './http.ts';
 import { WebhookReceiver } from './receiver.ts';
-import { type ServiceProcess, startService } from './service.ts';
 
 export interface Pipeline {
   service: ServiceProcess;

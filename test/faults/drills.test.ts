@@ -5,14 +5,14 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 
 import os from 'node:os';
 import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
-import { startLocalServer } from '../../src/store/local-server.ts';
+import { type ServiceProcess, startService } from '../../scripts/service-process.ts';
+import { startLocalServer } from '../../src/local-db/server.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
 import { mimeBombs } from '../_support/mime-bombs.ts';
 import { databaseFor, routeTo, waitForState } from '../_support/pipeline.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
-import { type ServiceProcess, startService } from '../_support/service.ts';
 import { sendExact, sendRaw } from '../_support/smtp.ts';
 
 const LONG = process.env.FAULTS_SCALE === 'long';

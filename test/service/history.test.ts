@@ -5,6 +5,7 @@
 // readable while and after its records move.
 import test from 'ava';
 import { Binary, GridFSBucket, ObjectId } from 'mongodb';
+import { seedHistory } from '../../scripts/bench/seed.ts';
 import type { MessageView } from '../../src/api/messages.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import { insertRecords } from '../../src/store/history.ts';
@@ -15,7 +16,6 @@ import { openStore, type Store } from '../../src/store/mongo.ts';
 import { PARTITION_MS, partitionName, partitionOfId, partitionStart } from '../../src/store/partitions.ts';
 import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
-import { seedHistory } from '../../src/store/seed.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';

@@ -1,9 +1,9 @@
 // The service as `npm start` runs it: configuration checks at startup, data that survives a
 // restart, a clean exit on SIGTERM.
 import test from 'ava';
+import { runToExit, startService } from '../../scripts/service-process.ts';
 import { databaseUri, freshDbName } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
-import { runToExit, startService } from '../_support/service.ts';
 
 test('data written through the API survives a restart; SIGTERM exits 0', async (t) => {
   const uri = `${(await databaseUri()).replace(/\/$/, '')}/${freshDbName('restart')}`;

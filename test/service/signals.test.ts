@@ -7,8 +7,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
+import {
+  npmStartCommand,
+  runToExit,
+  type ServiceProcess,
+  startService,
+} from '../../scripts/service-process.ts';
 import { databaseFor } from '../_support/pipeline.ts';
-import { npmStartCommand, runToExit, type ServiceProcess, startService } from '../_support/service.ts';
 
 const VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }

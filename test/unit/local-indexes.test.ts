@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import test, { type ExecutionContext } from 'ava';
-import { findExecutable, startLocalServer } from '../../src/store/local-server.ts';
+import { findExecutable, startLocalServer } from '../../src/local-db/server.ts';
 import { openStore } from '../../src/store/mongo.ts';
 
 const ferretdb = () => findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]);

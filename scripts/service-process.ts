@@ -1,9 +1,9 @@
 // Runs the real service (workers/primary.ts, what `npm start` runs) as a child process on random
-// ports, and reads its ports from the ready line it logs.
+// ports, and reads its ports from the ready line it logs: for the process tests and the benchmark.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const PRIMARY = fileURLToPath(new URL('../../workers/primary.ts', import.meta.url));
+const PRIMARY = fileURLToPath(new URL('../workers/primary.ts', import.meta.url));
 
 export interface ServiceProcess {
   child: ChildProcess;
@@ -28,7 +28,7 @@ export interface StartOptions {
   timeoutMs?: number;
 }
 
-const REPOSITORY = fileURLToPath(new URL('../..', import.meta.url));
+const REPOSITORY = fileURLToPath(new URL('..', import.meta.url));
 
 /** `npm start -- <args>` with the npm that runs the tests (else the one on PATH). */
 export function npmStartCommand(args: readonly string[]): [string, string[]] {

@@ -1,11 +1,11 @@
 // A history of final messages written in bulk, as the service itself would have archived them
 // (records in their hourly partitions, compressed raw bytes beside them): for benchmarks that
 // measure the service with months of mail behind it, and for tests of retention and listings.
-import { insertRecords } from './history.ts';
-import { idAt } from './ids.ts';
-import type { MessageDoc } from './messages.ts';
-import type { Store } from './mongo.ts';
-import { insertRawMany } from './raw.ts';
+import { insertRecords } from '../../src/store/history.ts';
+import { idAt } from '../../src/store/ids.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
+import type { Store } from '../../src/store/mongo.ts';
+import { insertRawMany } from '../../src/store/raw.ts';
 
 export interface SeedOptions {
   count: number;

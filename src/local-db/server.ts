@@ -1,15 +1,15 @@
 // Starts a throwaway or development MongoDB-compatible server when no MONGODB_URI is given:
 // mongod if it is on PATH, else FerretDB (PATH or ~/go/bin) over SQLite, else
 // mongodb-memory-server (which fetches a real mongod on machines with internet).
-// Used by `npm start`'s development default and by the test harness: one place for both.
+// Used by `npm start`'s development default, the test runner and harness, and the benchmark: one
+// place for all. Not on a message's path: the service itself only ever gets a URI.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { watchSqliteIds } from './local-sqlite-indexes.ts';
+import { answers, freePort } from '../util/ports.ts';
+import { watchSqliteIds } from './sqlite-id-indexes.ts';
 
 export interface LocalServer {
   uri: string;
@@ -26,8 +26,12 @@ export interface LocalServerOptions {
   dataDir: string;
   /** port to listen on; 0 (default) picks a free one */
   port?: number;
-  /** when neither mongod nor ferretdb is installed but Go is, build FerretDB first (about a minute) */
-  buildFerretDb?: boolean;
+  /**
+   * when neither mongod nor ferretdb is installed but Go is, build FerretDB first (about a minute)
+   * with this bash script, which installs it into ~/go/bin (the repository's
+   * scripts/install-ferretdb.sh); default: no build
+   */
+  buildFerretDb?: string;
   /**
    * FerretDB's storage: 'sqlite' (files under dataDir) or 'auto', which uses a throwaway database
    * and role on the PostgreSQL at FERRETDB_POSTGRESQL_URL or 127.0.0.1:5432 when one answers
@@ -129,19 +133,25 @@ function createPostgresDatabase(): { url: string; drop(): void } | undefined {
   return { url: url.href, drop };
 }
 
-const INSTALL_FERRETDB = fileURLToPath(new URL('../../scripts/install-ferretdb.sh', import.meta.url));
-
-function buildFerretDb(): string | undefined {
-  process.stderr.write(
-    'No mongod or ferretdb found: building FerretDB with Go (scripts/install-ferretdb.sh)...\n',
-  );
-  const result = spawnSync('bash', [INSTALL_FERRETDB], { stdio: ['ignore', 'inherit', 'inherit'] });
+function buildFerretDb(script: string): string | undefined {
+  process.stderr.write(`No mongod or ferretdb found: building FerretDB with Go (${script})...\n`);
+  const result = spawnSync('bash', [script], { stdio: ['ignore', 'inherit', 'inherit'] });
   return result.status === 0 ? findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]) : undefined;
 }
 
-export const NO_SERVER_ADVICE =
+const NO_SERVER_ADVICE =
   'No MongoDB-compatible server could be started. Set MONGODB_URI (or --mongodb-uri) to a MongoDB 7+ ' +
   'server, or install mongod, or build FerretDB with `bash scripts/install-ferretdb.sh`.';
+
+/** No development database could be started: the message says why and what to do instead. */
+export class NoServerError extends Error {
+  readonly code = 'no_database_server';
+
+  constructor(cause: string) {
+    super(`${NO_SERVER_ADVICE} (${cause})`);
+    this.name = 'NoServerError';
+  }
+}
 
 export function findExecutable(name: string, extraDirs: string[] = []): string | undefined {
   const dirs = [...(process.env.PATH ?? '').split(path.delimiter), ...extraDirs];
@@ -151,32 +161,6 @@ export function findExecutable(name: string, extraDirs: string[] = []): string |
     if (existsSync(candidate)) return candidate;
   }
   return undefined;
-}
-
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-/** True when something accepts TCP connections at host:port. */
-export function answers(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = net.connect({ port, host });
-    const done = (result: boolean) => {
-      socket.destroy();
-      resolve(result);
-    };
-    socket.setTimeout(timeoutMs, () => done(false));
-    socket.once('connect', () => done(true));
-    socket.once('error', () => done(false));
-  });
 }
 
 /** Starts the server process and waits until it answers on `port`. */
@@ -265,7 +249,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
 
   let ferretdb = findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]);
   if (!ferretdb && options.buildFerretDb && findExecutable('go', ['/usr/local/go/bin'])) {
-    ferretdb = buildFerretDb();
+    ferretdb = buildFerretDb(options.buildFerretDb);
   }
   if (ferretdb) {
     const dir = path.join(dataDir, 'ferretdb');
@@ -321,6 +305,6 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       },
     };
   } catch (err) {
-    throw new Error(`${NO_SERVER_ADVICE} (mongodb-memory-server: ${(err as Error).message.split('\n')[0]})`);
+    throw new NoServerError(`mongodb-memory-server: ${(err as Error).message.split('\n')[0]}`);
   }
 }
