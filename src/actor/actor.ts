@@ -4,13 +4,13 @@
 // then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
 // the scheduler of any process picks it up again when it is due.
 import type { UpdateFilter } from 'mongodb';
-import type { AttachmentLinks } from '../deliver/attachment-url.ts';
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { DirectoryRoute, RouteDirectory } from '../route/directory.ts';
+import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import { archiveAsOwner, isArchivable } from '../store/history.ts';
 import type {
   AttemptRecord,

@@ -5,9 +5,9 @@
 // `raw_expired`, as for GET /messages/{id}/raw.
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync } from 'fastify';
-import { checkAttachmentUrl } from '../deliver/attachment-url.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Parser } from '../parse/pool.ts';
+import { checkAttachmentUrl } from '../signing/attachment-url.ts';
 import type { Store } from '../store/mongo.ts';
 import { readRaw } from '../store/raw.ts';
 import { getMessage } from '../store/reads.ts';

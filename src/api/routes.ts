@@ -1,10 +1,10 @@
 // /routes: recipient patterns of a registered domain and the webhook their mail goes to.
 import type { FastifyPluginAsync } from 'fastify';
-import { standardWebhookKey } from '../deliver/sign.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
+import { standardWebhookKey } from '../signing/webhook-signature.ts';
 import type { PatternKind, RouteDoc } from '../store/documents.ts';
 import { findDomainByName } from '../store/domains.ts';
 import { createRoute, deleteRoute, findRouteByPattern, listRoutes } from '../store/routes.ts';

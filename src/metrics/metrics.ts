@@ -4,7 +4,6 @@
 // one scrape (src/metrics/cluster.ts). The figures that come from the database are not here: they
 // are read once per scrape by the answering process (src/metrics/store-gauges.ts).
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import type { AttemptOutcome } from '../deliver/classify.ts';
 
 export const registry = new Registry();
 
@@ -21,6 +20,14 @@ function histogram<L extends string>(
 ): Histogram<L> {
   return new Histogram({ name, help, buckets, labelNames, registers: [registry] });
 }
+
+/**
+ * What the attempt counters need of a webhook attempt's outcome (src/deliver/classify.ts makes
+ * it): success, or the reason of a failure (a few fixed values), and the HTTP status if any.
+ */
+export type AttemptFigures =
+  | { ok: true; statusCode: number }
+  | { ok: false; reason: string; statusCode?: number };
 
 /** Why an SMTP transaction (or one RCPT of it) ended as it did. */
 export type SmtpReason =
@@ -151,9 +158,9 @@ export const metrics = Object.freeze({
   smtpBytes(bytes: number): void {
     smtpBytes.inc(bytes);
   },
-  webhookAttempt(outcome: AttemptOutcome, durationMs: number): void {
+  webhookAttempt(outcome: AttemptFigures, durationMs: number): void {
     const kind = outcome.ok ? 'success' : outcome.reason;
-    const status = outcome.ok || outcome.reason === 'http_status' ? outcome.statusCode : undefined;
+    const status = outcome.statusCode;
     webhookAttempts.inc({ outcome: kind, status_class: statusClass(status) });
     webhookDuration.observe({ outcome: kind }, durationMs / 1000);
   },

@@ -4,8 +4,8 @@
 import { performance } from 'node:perf_hooks';
 import type { Attachment, HeaderLines, ParsedMail, SimpleParserOptions } from 'mailparser';
 import { simpleParser } from 'mailparser';
-import { type AttachmentLinks, attachmentUrl } from '../deliver/attachment-url.ts';
-import { deliveryHeaders } from '../deliver/sign.ts';
+import { type AttachmentLinks, attachmentUrl } from '../signing/attachment-url.ts';
+import { deliveryHeaders } from '../signing/webhook-signature.ts';
 import type { StoredAuth } from '../store/messages.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';

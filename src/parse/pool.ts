@@ -32,14 +32,14 @@ const ON_DEMAND_IDLE_MS = 10 * 60_000;
 export type PoolFailure = { ok: false; code: 'pool_unavailable' | 'worker_crashed'; message: string };
 export type PoolParseOutput = ParseOutput | PoolFailure;
 
-/** The tasks of the parse thread (workers/parse-thread.ts), by piscina `name`. */
+/** The tasks of the parse thread (thread.ts), by piscina `name`. */
 interface Tasks {
   default: { input: ParseInput; output: ParseOutput };
   authenticate: { input: { raw: Uint8Array; check: AuthRequest }; output: StoredAuth };
   attachment: { input: { raw: Uint8Array; index: number }; output: AttachmentOutput };
 }
 
-const WORKER_URL = new URL('../../workers/parse-thread.ts', import.meta.url).href;
+const WORKER_URL = new URL('./thread.ts', import.meta.url).href;
 
 const DEFAULTS = Object.freeze({
   // small: a task in piscina's queue holds its own copy of the message, while a caller waiting

@@ -2,7 +2,7 @@
 // a change of routing made known to every worker before the API answers, and the failed
 // authentications counted once for the instance. Messages are plain objects, checked on arrival.
 import type { Worker } from 'node:cluster';
-import { FailureWindows } from '../api/auth.ts';
+import { FailureWindows } from '../api/failure-windows.ts';
 
 type WorkerRequest = { kind: 'routing_changed' } | { kind: 'auth_failure'; address: string };
 

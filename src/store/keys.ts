@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { isDuplicateKey } from './ids.ts';
 import type { Store } from './mongo.ts';
 
-/** The HMAC key of attachment URLs (src/deliver/attachment-url.ts). */
+/** The HMAC key of attachment URLs (src/signing/attachment-url.ts). */
 export const ATTACHMENT_URL_KEY = 'attachment-url';
 
 interface KeyDoc {

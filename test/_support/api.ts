@@ -2,7 +2,7 @@
 // database of its own.
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.ts';
-import type { FailurePolicy } from '../../src/api/auth.ts';
+import type { FailurePolicy } from '../../src/api/failure-windows.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { openTestDatabase } from './db.ts';

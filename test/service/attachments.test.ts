@@ -4,7 +4,7 @@
 // validates against openapi.yaml.
 import { createHash, randomBytes } from 'node:crypto';
 import test from 'ava';
-import { attachmentUrl } from '../../src/deliver/attachment-url.ts';
+import { attachmentUrl } from '../../src/signing/attachment-url.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { partitionName, partitionOfId } from '../../src/store/partitions.ts';
 import { ApiClient } from '../_support/http.ts';

@@ -1,8 +1,8 @@
 // Which attachments go by URL, and the URLs' signatures: pure functions, table-driven.
 import test from 'ava';
-import { attachmentUrl, checkAttachmentUrl } from '../../src/deliver/attachment-url.ts';
 import { attachmentsByUrl } from '../../src/parse/payload.ts';
 import { defaultPublicUrl } from '../../src/service/worker-service.ts';
+import { attachmentUrl, checkAttachmentUrl } from '../../src/signing/attachment-url.ts';
 
 const MB = 1024 * 1024;
 const b64 = (bytes: number) => Math.ceil(bytes / 3) * 4;

@@ -3,7 +3,11 @@
 
 import { createHmac } from 'node:crypto';
 import test from 'ava';
-import { deliveryHeaders, serviceSignature, standardWebhookSignature } from '../../src/deliver/sign.ts';
+import {
+  deliveryHeaders,
+  serviceSignature,
+  standardWebhookSignature,
+} from '../../src/signing/webhook-signature.ts';
 
 const utf8 = (s: string): Uint8Array => new TextEncoder().encode(s);
 

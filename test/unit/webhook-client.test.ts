@@ -9,7 +9,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import test, { type ExecutionContext } from 'ava';
 import { type AttemptOutcome, classifyError } from '../../src/deliver/classify.ts';
 import { WebhookClient, type WebhookClientOptions } from '../../src/deliver/client.ts';
-import { deliveryHeaders } from '../../src/deliver/sign.ts';
+import { deliveryHeaders } from '../../src/signing/webhook-signature.ts';
 
 interface Received {
   method: string | undefined;

@@ -1,8 +1,9 @@
-// Owns the parse worker thread's entry point (piscina): parse one message and hand the JSON bodies
-// back by transferring their ArrayBuffers, so a large payload crosses threads without a copy.
+// The parse thread's entry point, which piscina loads in each thread of the pool (pool.ts): parse one
+// message and hand the JSON bodies back by transferring their ArrayBuffers, so a large payload
+// crosses threads without a copy. It lives beside its pool: nothing else starts it.
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import type { AttachmentOutput, ParseInput, ParseOutput } from '../src/parse/payload.ts';
-import { authenticateOnly, extractAttachment, parseMessage } from '../src/parse/payload.ts';
+import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
+import { authenticateOnly, extractAttachment, parseMessage } from './payload.ts';
 
 // the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes
 export const authenticate = authenticateOnly;
