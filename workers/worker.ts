@@ -1,9 +1,11 @@
-// Entry of a cluster worker: reads the config, connects to the database, runs the worker service
-// and reports its ports to the primary. A standby (MAILROUTE_STANDBY=1) prepares everything and
-// waits for the primary's `activate` before it listens: it replaces a dead worker in milliseconds.
+// Entry of a cluster worker: reads the config, connects to the database, prepares the worker
+// service and tells the primary; it listens when the primary says `activate` (at once for a serving
+// worker; a standby waits, prepared, to replace a dead worker in milliseconds) and reports its
+// ports. The messages are in the IPC schema (src/service/ipc.ts).
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
+import { onPrimaryMessage, sendToPrimary } from '../src/service/ipc.ts';
 import { PrimaryLink } from '../src/service/primary-link.ts';
 import { recordProcessStats } from '../src/service/process-stats.ts';
 import { type PreparedWorkerService, prepareWorkerService } from '../src/service/worker-service.ts';
@@ -35,13 +37,11 @@ async function shutdown(): Promise<void> {
 async function activate(): Promise<void> {
   if (!service || stopping) return;
   await service.listen();
-  process.send?.({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
+  sendToPrimary({ type: 'ready', httpPort: service.httpPort, smtpPort: service.smtpPort });
 }
-process.on('message', (message: unknown) => {
-  const type =
-    typeof message === 'object' && message !== null ? (message as { type?: unknown }).type : undefined;
-  if (type === 'shutdown') void shutdown();
-  else if (type === 'activate') void activate();
+onPrimaryMessage((message) => {
+  if (message.type === 'shutdown') void shutdown();
+  else if (message.type === 'activate') void activate();
 });
 process.on('SIGTERM', () => void shutdown());
 // Ctrl-C reaches the whole process group; the primary coordinates that shutdown
@@ -60,5 +60,6 @@ const store = await openStore({
 });
 const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
 service = await prepareWorkerService({ config, store, logger, link });
-if (process.env.MAILROUTE_STANDBY === '1') process.send?.({ type: 'standby' });
-else await activate();
+sendToPrimary({ type: 'prepared' });
+// run on its own, with no primary to answer: it serves at once
+if (!process.send) await activate();

@@ -17,8 +17,7 @@ import { ServiceError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { LogThrottle } from '../log/throttle.ts';
-import { instanceMetrics } from '../metrics/cluster.ts';
-import { metrics } from '../metrics/metrics.ts';
+import { metrics, registry } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { Store } from '../store/mongo.ts';
@@ -55,7 +54,7 @@ export interface AppDeps {
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;
-  /** the process metrics GET /metrics shows; default: every worker's, summed */
+  /** the process metrics GET /metrics shows; default: this process's (a worker gives every worker's, summed) */
   processMetrics?: () => Promise<string>;
 }
 
@@ -177,7 +176,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
   await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
   await app.register(metricsRoutes, {
-    processMetrics: deps.processMetrics ?? instanceMetrics,
+    processMetrics: deps.processMetrics ?? (() => registry.metrics()),
     instance: [storeGauges(deps.store)],
   });
   await app.register(consoleRoutes);

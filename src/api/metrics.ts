@@ -1,5 +1,5 @@
 // GET /metrics: the Prometheus text exposition of the whole instance (every worker summed, see
-// src/metrics/cluster.ts) followed by the message figures from the database.
+// src/service/cluster-metrics.ts) followed by the message figures from the database.
 import type { FastifyPluginAsync } from 'fastify';
 import { Registry } from 'prom-client';
 

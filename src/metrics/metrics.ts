@@ -1,7 +1,7 @@
 // The metrics one process keeps (prom-client), by Prometheus's conventions: counters end in
 // `_total`, durations are histograms in seconds, labels take a few fixed values only (never an
 // address, a message id or a URL). Every worker fills its own registry; the primary sums them for
-// one scrape (src/metrics/cluster.ts). The figures that come from the database are not here: they
+// one scrape (src/service/cluster-metrics.ts). The figures that come from the database are not here: they
 // are read once per scrape by the answering process (src/metrics/store-gauges.ts).
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 

@@ -1,57 +1,9 @@
 // What the workers of one instance ask of the primary over cluster IPC, and the primary's answers:
 // a change of routing made known to every worker before the API answers, and the failed
-// authentications counted once for the instance. Messages are plain objects, checked on arrival.
+// authentications counted once for the instance. The messages are in the IPC schema (ipc.ts).
 import type { Worker } from 'node:cluster';
 import { FailureWindows } from '../api/failure-windows.ts';
-
-type WorkerRequest = { kind: 'routing_changed' } | { kind: 'auth_failure'; address: string };
-
-type ToPrimary =
-  | { type: 'mailroute.linked' }
-  | { type: 'mailroute.request'; id: number; request: WorkerRequest }
-  | { type: 'mailroute.invalidated'; id: number };
-
-type ToWorker =
-  | { type: 'mailroute.reply'; id: number; value: number }
-  | { type: 'mailroute.invalidate'; id: number };
-
-const MESSAGE_TYPES: ReadonlySet<string> = new Set([
-  'mailroute.linked',
-  'mailroute.request',
-  'mailroute.invalidated',
-  'mailroute.reply',
-  'mailroute.invalidate',
-]);
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null;
-}
-
-function parseToPrimary(message: unknown): ToPrimary | undefined {
-  if (!isRecord(message) || typeof message.type !== 'string' || !MESSAGE_TYPES.has(message.type)) return;
-  if (message.type === 'mailroute.linked') return { type: 'mailroute.linked' };
-  if (typeof message.id !== 'number') return;
-  if (message.type === 'mailroute.invalidated') return { type: 'mailroute.invalidated', id: message.id };
-  const request = message.request;
-  if (message.type !== 'mailroute.request' || !isRecord(request)) return;
-  if (request.kind === 'routing_changed')
-    return { type: 'mailroute.request', id: message.id, request: { kind: 'routing_changed' } };
-  if (request.kind === 'auth_failure' && typeof request.address === 'string')
-    return {
-      type: 'mailroute.request',
-      id: message.id,
-      request: { kind: 'auth_failure', address: request.address.slice(0, 100) },
-    };
-  return;
-}
-
-function parseToWorker(message: unknown): ToWorker | undefined {
-  if (!isRecord(message) || typeof message.id !== 'number') return;
-  if (message.type === 'mailroute.invalidate') return { type: 'mailroute.invalidate', id: message.id };
-  if (message.type === 'mailroute.reply' && typeof message.value === 'number')
-    return { type: 'mailroute.reply', id: message.id, value: message.value };
-  return;
-}
+import { onPrimaryMessage, sendToPrimary, sendToWorker, type ToPrimary, type WorkerRequest } from './ipc.ts';
 
 /** How long a worker waits for the primary's answer, ms: past it, the request is given up. */
 const REPLY_TIMEOUT_MS = 10_000;
@@ -68,16 +20,15 @@ export class PrimaryLink {
   private invalidate: () => void = () => {};
 
   constructor() {
-    process.on('message', (raw: unknown) => {
-      const message = parseToWorker(raw);
-      if (message?.type === 'mailroute.invalidate') {
+    onPrimaryMessage((message) => {
+      if (message.type === 'mailroute.invalidate') {
         this.invalidate();
-        process.send?.({ type: 'mailroute.invalidated', id: message.id } satisfies ToPrimary);
-      } else if (message?.type === 'mailroute.reply') {
+        sendToPrimary({ type: 'mailroute.invalidated', id: message.id });
+      } else if (message.type === 'mailroute.reply') {
         this.replies.get(message.id)?.(message.value);
       }
     });
-    process.send?.({ type: 'mailroute.linked' } satisfies ToPrimary);
+    sendToPrimary({ type: 'mailroute.linked' });
   }
 
   /** What a routing change announced by any worker does here (drop the route snapshot). */
@@ -105,7 +56,7 @@ export class PrimaryLink {
         resolve(value);
       };
       this.replies.set(id, settle);
-      process.send?.({ type: 'mailroute.request', id, request } satisfies ToPrimary);
+      sendToPrimary({ type: 'mailroute.request', id, request });
     });
   }
 }
@@ -129,23 +80,24 @@ export class PrimaryBroker {
     this.events = events;
   }
 
-  /** Every message a worker sends goes through here (others are ignored). */
-  handle(worker: Worker, raw: unknown): void {
-    const message = parseToPrimary(raw);
-    if (!message) return;
+  /** A worker's routing and authentication messages (the supervisor hands them over). */
+  handle(
+    worker: Worker,
+    message: Extract<ToPrimary, { type: 'mailroute.linked' | 'mailroute.request' | 'mailroute.invalidated' }>,
+  ): void {
     if (message.type === 'mailroute.linked') {
       // it may have missed a change announced while it started: it drops its snapshot again
       for (const [id, change] of this.pending)
-        if (change.waiting.has(worker)) send(worker, { type: 'mailroute.invalidate', id });
+        if (change.waiting.has(worker)) sendToWorker(worker, { type: 'mailroute.invalidate', id });
     } else if (message.type === 'mailroute.invalidated') {
       this.acknowledged(worker, message.id);
     } else if (message.request.kind === 'auth_failure') {
       const value = this.failures.record(message.request.address);
-      send(worker, { type: 'mailroute.reply', id: message.id, value });
+      sendToWorker(worker, { type: 'mailroute.reply', id: message.id, value });
     } else {
       const requestId = message.id;
       void this.broadcast().then((acks) =>
-        send(worker, { type: 'mailroute.reply', id: requestId, value: acks }),
+        sendToWorker(worker, { type: 'mailroute.reply', id: requestId, value: acks }),
       );
     }
   }
@@ -172,7 +124,7 @@ export class PrimaryBroker {
       };
       this.pending.set(id, { waiting, done: finish });
       if (waiting.size === 0) finish();
-      for (const worker of waiting) send(worker, { type: 'mailroute.invalidate', id });
+      for (const worker of waiting) sendToWorker(worker, { type: 'mailroute.invalidate', id });
     });
   }
 
@@ -180,8 +132,4 @@ export class PrimaryBroker {
     const change = this.pending.get(id);
     if (change?.waiting.delete(worker) && change.waiting.size === 0) change.done();
   }
-}
-
-function send(worker: Worker, message: ToWorker): void {
-  if (worker.isConnected()) worker.send(message);
 }

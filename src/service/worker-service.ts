@@ -12,7 +12,6 @@ import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import { answerMetricsCollection } from '../metrics/cluster.ts';
 import { collectProcessMetrics, metrics } from '../metrics/metrics.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
@@ -20,6 +19,7 @@ import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
 import { bumpRoutingVersion } from '../store/routing-version.ts';
+import { answerMetricsCollection, instanceMetrics } from './cluster-metrics.ts';
 import type { PrimaryLink } from './primary-link.ts';
 
 export interface WorkerService {
@@ -131,6 +131,7 @@ export async function prepareWorkerService({
     pool,
     urlKey,
     routingChanged,
+    processMetrics: instanceMetrics,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });
   const smtp = createSmtpServer({

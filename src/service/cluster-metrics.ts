@@ -2,74 +2,69 @@
 // primary asks every connected worker for its registry (as JSON), sums them with prom-client's
 // AggregatorRegistry.aggregate and answers with the text. A worker that does not answer within
 // WORKER_ANSWER_MS (one still starting, one dying) is left out of that scrape rather than failing it.
+// The messages are in the IPC schema (ipc.ts).
 import cluster, { type Worker } from 'node:cluster';
-import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
-import { registry } from './metrics.ts';
+import { AggregatorRegistry } from 'prom-client';
+import { registry } from '../metrics/metrics.ts';
+import { onPrimaryMessage, sendToPrimary, sendToWorker, type ToPrimary, type WorkerMetrics } from './ipc.ts';
 
 const WORKER_ANSWER_MS = 2000;
 const PRIMARY_ANSWER_MS = 5000;
 
-type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
+/** The primary's end: answers workers' metrics requests with the sum over all workers. */
+export class ClusterMetrics {
+  private readonly workers: () => Worker[];
+  private readonly collecting = new Map<
+    number,
+    { pending: Set<number>; got: WorkerMetrics[]; finish: () => void }
+  >();
+  private nextId = 0;
 
-interface MetricsMessage {
-  type: 'metrics.request' | 'metrics.response' | 'metrics.collect' | 'metrics.collected';
-  id: number;
-  text?: string;
-  metrics?: WorkerMetrics;
-}
+  constructor(workers: () => Worker[]) {
+    this.workers = workers;
+  }
 
-function isMetricsMessage(message: unknown): message is MetricsMessage {
-  if (typeof message !== 'object' || message === null) return false;
-  const { type, id } = message as { type?: unknown; id?: unknown };
-  return typeof type === 'string' && type.startsWith('metrics.') && typeof id === 'number';
-}
-
-let nextId = 0;
-
-/** Primary: answers workers' metrics requests with the sum over all workers. Call once. */
-export function serveClusterMetrics(): void {
-  const collecting = new Map<number, { pending: Set<number>; got: WorkerMetrics[]; finish: () => void }>();
-  cluster.on('message', (worker: Worker, message: unknown) => {
-    if (!isMetricsMessage(message)) return;
+  /** A worker's metrics messages (the supervisor hands them over). */
+  handle(
+    worker: Worker,
+    message: Extract<ToPrimary, { type: 'metrics.request' | 'metrics.collected' }>,
+  ): void {
     if (message.type === 'metrics.collected') {
-      const round = collecting.get(message.id);
+      const round = this.collecting.get(message.id);
       if (!round?.pending.delete(worker.id)) return;
-      round.got.push(message.metrics ?? []);
+      round.got.push(message.metrics);
       if (round.pending.size === 0) round.finish();
       return;
     }
-    if (message.type !== 'metrics.request') return;
-    const id = nextId++;
-    const workers = Object.values(cluster.workers ?? {}).filter(
-      (w): w is Worker => w?.isConnected() === true,
-    );
+    const id = this.nextId++;
+    const workers = this.workers().filter((w) => w.isConnected());
     const got: WorkerMetrics[] = [];
     const answer = async () => {
       clearTimeout(timer);
-      collecting.delete(id);
+      this.collecting.delete(id);
       const text = await AggregatorRegistry.aggregate(got).metrics();
-      if (worker.isConnected()) worker.send({ type: 'metrics.response', id: message.id, text });
+      sendToWorker(worker, { type: 'metrics.response', id: message.id, text });
     };
     const timer = setTimeout(() => void answer(), WORKER_ANSWER_MS);
-    collecting.set(id, { pending: new Set(workers.map((w) => w.id)), got, finish: () => void answer() });
-    for (const w of workers) w.send({ type: 'metrics.collect', id });
+    this.collecting.set(id, { pending: new Set(workers.map((w) => w.id)), got, finish: () => void answer() });
+    for (const w of workers) sendToWorker(w, { type: 'metrics.collect', id });
     if (workers.length === 0) void answer();
-  });
+  }
 }
 
 const waiting = new Map<number, (text: string | undefined) => void>();
 let listening = false;
+let nextRequestId = 0;
 
 /** Worker: answers the primary's collection requests with this process's registry. */
 export function answerMetricsCollection(): void {
   if (listening || !cluster.isWorker) return;
   listening = true;
-  process.on('message', (message: unknown) => {
-    if (!isMetricsMessage(message)) return;
+  onPrimaryMessage((message) => {
     if (message.type === 'metrics.collect') {
       void registry
         .getMetricsAsJSON()
-        .then((metrics) => process.send?.({ type: 'metrics.collected', id: message.id, metrics }));
+        .then((metrics) => sendToPrimary({ type: 'metrics.collected', id: message.id, metrics }));
     } else if (message.type === 'metrics.response') {
       waiting.get(message.id)?.(message.text);
       waiting.delete(message.id);
@@ -84,7 +79,7 @@ export function answerMetricsCollection(): void {
 export async function instanceMetrics(): Promise<string> {
   if (!cluster.isWorker || !process.send) return registry.metrics();
   answerMetricsCollection();
-  const id = nextId++;
+  const id = nextRequestId++;
   const text = await new Promise<string | undefined>((resolve) => {
     const timer = setTimeout(() => {
       waiting.delete(id);
@@ -94,7 +89,7 @@ export async function instanceMetrics(): Promise<string> {
       clearTimeout(timer);
       resolve(answer);
     });
-    process.send?.({ type: 'metrics.request', id });
+    sendToPrimary({ type: 'metrics.request', id });
   });
   // the primary did not answer (it is stopping): this worker's own figures are better than none
   return text ?? registry.metrics();
