@@ -6,6 +6,7 @@ import { Binary, BSON } from 'mongodb';
 import pRetry from 'p-retry';
 import { isFinal } from '../actor/machine.ts';
 import { Batcher, BatcherPerName, memoizePer } from './batcher.ts';
+import { removeAsOwners } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
 import {
   appendEntries,
@@ -83,7 +84,7 @@ const writers = memoizePer(
     removals: new Batcher({
       maxInFlight: 2,
       maxBatch: 8,
-      flush: (owners) => removeFromWorkingSet(store, owners),
+      flush: (owners) => removeAsOwners(store, owners),
     }),
   }),
 );
@@ -109,29 +110,6 @@ async function storeBatch(store: Store, name: string, batch: Archived[]): Promis
   const entries = batch.filter((_, i) => outcomes[i] === undefined).map((archived) => archived.entry);
   await appendEntries(store, kind as RecordKind, key, entries);
   return outcomes;
-}
-
-/**
- * The fenced removals of many messages from the working set in one command. A removal that
- * matched nothing either lost to a takeover (the record is still there, at another epoch or
- * version) or was applied by an earlier try of the same command: what is left tells which.
- */
-async function removeFromWorkingSet(store: Store, owners: Ownership[]): Promise<boolean[]> {
-  const result = await store.messages.bulkWrite(
-    owners.map((owner) => ({
-      deleteOne: { filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version } },
-    })),
-    { ordered: false, writeConcern: DURABLE },
-  );
-  if (result.deletedCount === owners.length) return owners.map(() => true);
-  const left = new Set(
-    (
-      await store.messages
-        .find({ _id: { $in: owners.map((o) => o.id) } }, { projection: { _id: 1 } })
-        .toArray()
-    ).map((doc) => doc._id),
-  );
-  return owners.map((owner) => !left.has(owner.id));
 }
 
 /** Indexes of a new partition of records: only listings by recipient domain need one. */
