@@ -31,7 +31,8 @@ type Kind = 'passed' | 'failed' | 'skipped' | 'todo';
 export class TapReader {
   private readonly counts = { passed: 0, failed: 0, skipped: 0, todo: 0 };
   private readonly failures: TapFailure[] = [];
-  private last: { kind: Kind; detail: string[] } | undefined;
+  /** where the lines that follow a test (its logs, its error) go; undefined after a hook's title */
+  private detail: string[] | undefined;
   private inYaml = false;
   private closingFail: number | undefined;
   private hookTitle: string | undefined;
@@ -44,7 +45,7 @@ export class TapReader {
         return undefined;
       }
       const shown = `      ${line.replace(/^ {4}/, '')}`;
-      this.last?.detail.push(shown);
+      this.detail?.push(shown);
       return shown;
     }
     if (line === '  ---') {
@@ -61,14 +62,14 @@ export class TapReader {
     if (line.startsWith('#   ')) {
       // a t.log() line, under the test or hook it belongs to
       const shown = `      ${line.slice(4)}`;
-      this.last?.detail.push(shown);
+      this.detail?.push(shown);
       const hook = this.hookTitle;
       this.hookTitle = undefined;
       return hook === undefined ? shown : `  ${hook}\n${shown}`;
     }
     if (line.startsWith('# ') && !REMAINING.test(line)) {
       // a hook that finished: worth a line only if it logged something
-      this.last = undefined;
+      this.detail = undefined;
       this.hookTitle = line;
       return undefined;
     }
@@ -81,8 +82,8 @@ export class TapReader {
       directive === 'SKIP' ? 'skipped' : directive === 'TODO' ? 'todo' : ok ? 'passed' : 'failed';
     this.counts[kind]++;
     this.hookTitle = undefined;
-    this.last = { kind, detail: [] };
-    if (kind === 'failed') this.failures.push({ title, detail: this.last.detail });
+    this.detail = [];
+    if (kind === 'failed') this.failures.push({ title, detail: this.detail });
     return `  ${MARK[kind]} ${title}${kind === 'skipped' || kind === 'todo' ? ` (${kind})` : ''}`;
   }
 
