@@ -19,6 +19,7 @@ import { seedHistory } from '../../src/store/seed.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const DAY = 86_400_000;
 
@@ -80,12 +81,11 @@ test('a final message leaves the working set for its hour, and is still read by 
   const store = await openStore({ uri, ensureIndexes: false });
   t.teardown(() => store.close());
   // the working set forgets a final message (its removal follows the archiving at once)
-  const deadline = Date.now() + 10_000;
-  while (
-    Date.now() < deadline &&
-    (await store.messages.countDocuments({ _id: { $in: [delivered, dead] } })) > 0
-  )
-    await new Promise((resolve) => setTimeout(resolve, 100));
+  await waitUntil(
+    async () => (await store.messages.countDocuments({ _id: { $in: [delivered, dead] } })) === 0,
+    'the working set to forget both messages',
+    { everyMs: 100 },
+  );
   t.is(await store.messages.countDocuments({ _id: { $in: [delivered, dead] } }), 0);
   const historyHour = store.db.collection<MessageDoc>(partitionName('history', partitionOfId(delivered)));
   const dlqHour = store.db.collection<MessageDoc>(partitionName('dlq', partitionOfId(dead)));
