@@ -3,13 +3,14 @@
 // delivered, `dlq_<YYYYMMDDHH>` for dead-lettered; see partitions.ts). The hot path then only ever
 // touches the messages in flight, however much history is kept, and retention drops whole hours.
 import { isFinal } from '../actor/machine.ts';
+import { DURABLE, insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey, isId } from './ids.ts';
+import { appendEntries, entryOf, removeEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { partitionName, partitionOfId, type RecordKind } from './partitions.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
-import { DURABLE, insertEach } from './writes.ts';
 
 /** Where a final record goes. */
 export function recordKind(doc: Pick<MessageDoc, 'state'>): RecordKind {
@@ -37,22 +38,19 @@ async function preparePartition(store: Store, kind: RecordKind, id: string): Pro
 async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
   await preparePartition(store, kind, doc._id);
-  const record = packRecord(doc);
+  const archived = { record: packRecord(doc), entry: entryOf(doc) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(
       partitionName(kind, partitionOfId(doc._id)),
-      record,
+      archived,
     );
-    if (!outcome) return;
-    if (!isDuplicateKey(outcome)) throw outcome;
-    await recordCollection(store, kind, doc._id).replaceOne({ _id: doc._id }, record, {
-      writeConcern: DURABLE,
-    });
+    if (outcome) throw outcome;
   });
   // a replayed message may have left its earlier record in the other kind of partition
   if (doc.replays) {
     const other = kind === 'dlq' ? 'history' : 'dlq';
     await recordCollection(store, other, doc._id).deleteOne({ _id: doc._id });
+    await removeEntry(store, other, partitionOfId(doc._id), doc._id, doc.version);
   }
 }
 
@@ -107,9 +105,12 @@ export async function restoreRecord(
     if (isDuplicateKey(err)) return undefined;
     throw err;
   }
-  await recordCollection(store, recordKind(record), record._id)
+  const kind = recordKind(record);
+  await recordCollection(store, kind, record._id)
     .deleteOne({ _id: record._id })
     .catch(() => {});
+  // its listing entry in that partition is hidden (the working-set copy is listed meanwhile)
+  await removeEntry(store, kind, partitionOfId(record._id), record._id, doc.version).catch(() => {});
   return doc;
 }
 
@@ -118,18 +119,23 @@ export async function restoreRecord(
  * records of the earlier layout): one insert per partition; records already there are left.
  */
 export async function insertRecords(store: Store, docs: readonly MessageDoc[]): Promise<void> {
-  const byPartition = new Map<string, { kind: RecordKind; id: string; docs: ArchivedRecord[] }>();
+  const byPartition = new Map<string, { kind: RecordKind; id: string; docs: MessageDoc[] }>();
   for (const doc of docs) {
     const kind = recordKind(doc);
     const name = partitionName(kind, partitionOfId(doc._id));
     const entry = byPartition.get(name) ?? { kind, id: doc._id, docs: [] };
-    entry.docs.push(packRecord(doc));
+    entry.docs.push(doc);
     byPartition.set(name, entry);
   }
-  for (const [name, entry] of byPartition) {
-    await preparePartition(store, entry.kind, entry.id);
-    const outcomes = await insertEach(store.db.collection<ArchivedRecord>(name), entry.docs);
+  for (const [name, partition] of byPartition) {
+    await preparePartition(store, partition.kind, partition.id);
+    const outcomes = await insertEach(
+      store.db.collection<ArchivedRecord>(name),
+      partition.docs.map(packRecord),
+    );
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
     if (failed) throw failed;
+    // records already there (a run cut short) get their entries again: a duplicate entry is harmless
+    await appendEntries(store, partition.kind, partitionOfId(partition.id), partition.docs.map(entryOf));
   }
 }

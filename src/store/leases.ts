@@ -1,6 +1,7 @@
 // Ownership of messages in flight: the scheduler's query for messages that need an owner, the
 // claim of one at the next epoch (a unique insert into `leases`), and the expiry of old claims.
 import { retryTransient } from './failures.ts';
+import { moveToEpoch } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -50,17 +51,11 @@ export async function claimMessage(
     }
   }
   // the won epoch must reach the message; a transient failure here would orphan the lease
-  return (
-    (await retryTransient(() =>
-      store.messages.findOneAndUpdate(
-        { _id: id, lease_epoch: currentEpoch },
-        {
-          $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
-          $inc: { version: 1, claims: 1 },
-        },
-        { returnDocument: 'after' },
-      ),
-    )) ?? undefined
+  return retryTransient(() =>
+    moveToEpoch(store, id, currentEpoch, {
+      $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
+      $inc: { version: 1, claims: 1 },
+    }),
   );
 }
 

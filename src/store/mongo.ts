@@ -1,7 +1,8 @@
 // The MongoDB connection, the collections and the indexes the queries need (created idempotently
 // at startup). Works unchanged on MongoDB 7+ and FerretDB 1.24: no transactions, no change
 // streams, no TTL indexes, no keys with '.' or a leading '$'.
-import { type Collection, type Db, MongoClient, type MongoClientOptions } from 'mongodb';
+import { MongoClient, type MongoClientOptions } from 'mongodb';
+import type { Connection } from './connection.ts';
 import type { DomainDoc, LeaseDoc, RouteDoc } from './documents.ts';
 import type { MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
@@ -10,16 +11,8 @@ import { buildWrites, type StoreWrites } from './writes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
 
-export interface Store {
-  readonly client: MongoClient;
-  readonly db: Db;
-  readonly domains: Collection<DomainDoc>;
-  readonly routes: Collection<RouteDoc>;
-  /** the working set: messages in flight (final ones move to the history partitions) */
-  readonly messages: Collection<MessageDoc>;
-  readonly leases: Collection<LeaseDoc>;
-  /** the hourly history partitions that exist (see partitions.ts) */
-  readonly partitions: PartitionCatalog;
+/** The connection (connection.ts) with its batched writes: what every store function is given. */
+export interface Store extends Connection {
   /** the batched writes of the hot path, made once for this connection (writes.ts) */
   readonly writes: StoreWrites;
   ping(timeoutMs?: number): Promise<boolean>;
@@ -72,17 +65,21 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const db = client.db(options.dbName || undefined);
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
+  const buildInfo = await database.admin().command({ buildInfo: 1 });
 
-  const messages = database.collection<MessageDoc>('messages');
-  const store: Store = {
+  const connection: Connection = {
     client,
     db: database,
     domains: database.collection<DomainDoc>('domains'),
     routes: database.collection<RouteDoc>('routes'),
-    messages,
+    messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
     partitions: new PartitionCatalog(database),
-    writes: buildWrites(database, messages),
+    ferretdb: 'ferretdbVersion' in buildInfo,
+  };
+  const store: Store = {
+    ...connection,
+    writes: buildWrites(connection),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });

@@ -13,10 +13,10 @@ import { PassThrough, Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import { createGunzip, createGzip, gunzip, gzip } from 'node:zlib';
 import { Binary, type Collection, GridFSBucket, type ObjectId } from 'mongodb';
+import { DURABLE } from './connection.ts';
 import type { RawDocument } from './documents.ts';
 import type { Store } from './mongo.ts';
 import { partitionName, partitionOfId } from './partitions.ts';
-import { DURABLE } from './writes.ts';
 
 /** Messages up to this size are stored as one document; above it, in GridFS. */
 export const RAW_DOCUMENT_MAX_BYTES = 4 * 1024 * 1024;

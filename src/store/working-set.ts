@@ -44,7 +44,7 @@ export async function writeAsOwner(
   update: UpdateFilter<MessageDoc>,
 ): Promise<number | undefined> {
   // a busy or briefly unreachable database is tried again; a retried write that had in fact been
-  // applied is recognised by the version it left (see writes.ts)
+  // applied is recognised by the version it left (see fencing.ts)
   const applied = await retryTransient(() =>
     store.writes.ownerWrites.submit({ owner, update: scheduling(update) }),
   );

@@ -10,16 +10,17 @@ import { loadConfig } from '../../src/config/schema.ts';
 import { startLocalServer } from '../../src/local-db/server.ts';
 import { createLogger } from '../../src/log/logger.ts';
 import { startWorkerService } from '../../src/service/worker-service.ts';
+import { insertEach } from '../../src/store/connection.ts';
 import { newId } from '../../src/store/ids.ts';
 import { claimMessage } from '../../src/store/leases.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
-import { insertEach } from '../../src/store/writes.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const MESSAGE = 'From: s@outside.example\r\nSubject: durable\r\n\r\nbody\r\n';
 
@@ -267,14 +268,19 @@ test.serial(
     const other = newId('m');
     service.actors.abandon(refused);
     await store.messages.insertMany([record(refused), record(other)]);
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline && (await store.messages.countDocuments({ _id: refused })) > 0)
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    await waitUntil(
+      async () => (await store.messages.countDocuments({ _id: refused })) === 0,
+      'the late record to be removed',
+      { everyMs: 100 },
+    );
     t.is(await store.messages.countDocuments({ _id: refused }), 0, 'the late record is removed');
     t.is(await store.leases.countDocuments({ _id: `${refused}:2` }), 0, 'and never claimed');
     // the same record not refused is the scheduler's: it is claimed (and, its raw bytes missing, dead-lettered)
-    while (Date.now() < deadline && (await store.leases.countDocuments({ _id: `${other}:2` })) === 0)
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    await waitUntil(
+      async () => (await store.leases.countDocuments({ _id: `${other}:2` })) > 0,
+      'the other record to be claimed',
+      { everyMs: 100 },
+    );
     t.is(await store.leases.countDocuments({ _id: `${other}:2` }), 1);
   },
 );

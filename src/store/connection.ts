@@ -1,0 +1,61 @@
+// The database as every store module uses it: the client, the collections, the catalog of history
+// partitions and the kind of server; and what "durably stored" means. The Store (mongo.ts) is this
+// plus its batched writes (writes.ts), which are built from it: the modules those writes use take a
+// Connection, so that neither imports the other.
+import type { Collection, Db, MongoBulkWriteError, MongoClient } from 'mongodb';
+import type { DomainDoc, LeaseDoc, RouteDoc } from './documents.ts';
+import type { MessageDoc } from './messages.ts';
+import type { PartitionCatalog } from './partitions.ts';
+
+export interface Connection {
+  readonly client: MongoClient;
+  readonly db: Db;
+  readonly domains: Collection<DomainDoc>;
+  readonly routes: Collection<RouteDoc>;
+  /** the working set: messages in flight (final ones move to the history partitions) */
+  readonly messages: Collection<MessageDoc>;
+  readonly leases: Collection<LeaseDoc>;
+  /** the hourly history partitions that exist (see partitions.ts) */
+  readonly partitions: PartitionCatalog;
+  /**
+   * the server is FerretDB (its buildInfo has `ferretdbVersion`): it reads a whole collection for
+   * any filter but exactly `{_id: X}`. Only fencing.ts acts on it.
+   */
+  readonly ferretdb: boolean;
+}
+
+/** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */
+export const DURABLE = Object.freeze({ w: 'majority', j: true } as const);
+
+/**
+ * insertMany, unordered, durable; one outcome per document (undefined: stored). A failure of the
+ * whole command (the database unreachable) rejects, and every caller sees it.
+ */
+export async function insertEach<T extends { _id: unknown }>(
+  collection: Collection<T>,
+  docs: T[],
+): Promise<Array<Error | undefined>> {
+  try {
+    await collection.insertMany(docs as never[], { ordered: false, writeConcern: DURABLE });
+    return docs.map(() => undefined);
+  } catch (err) {
+    // per-document outcomes only when the error accounts for every document: some refused, the
+    // rest inserted and durable. Anything else (no write errors listed, a write concern error,
+    // counts that do not add up) fails them all: a 250 must never rest on a guess
+    const bulk = err as Partial<MongoBulkWriteError>;
+    const writeErrors = bulk.writeErrors === undefined ? [] : [bulk.writeErrors].flat();
+    if (
+      writeErrors.length === 0 ||
+      bulk.writeConcernError ||
+      bulk.insertedCount !== docs.length - writeErrors.length
+    )
+      throw err;
+    const outcomes: Array<Error | undefined> = docs.map(() => undefined);
+    for (const writeError of writeErrors) {
+      const failure = new Error(writeError.errmsg ?? 'write failed') as Error & { code?: number };
+      failure.code = writeError.code;
+      outcomes[writeError.index] = failure;
+    }
+    return outcomes;
+  }
+}
