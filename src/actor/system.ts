@@ -4,6 +4,7 @@
 // finishes or releases what it holds. Any number of processes and machines share the work this way.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
+import { canReplay } from '../lifecycle/lifecycle.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
@@ -111,7 +112,7 @@ export class ActorSystem {
   async replay(id: string): Promise<ReplayOutcome> {
     const doc = await getMessage(this.options.store, id);
     if (!doc) return 'not_found';
-    if (doc.state !== 'dlq' && doc.state !== 'failed') return 'invalid_state';
+    if (!canReplay(doc.state)) return 'invalid_state';
     if (this.running.has(id)) return 'invalid_state';
     // a replay parses the message again: not possible once raw retention has removed its bytes
     if (!(await rawExists(this.options.store, doc))) return 'raw_expired';
@@ -121,7 +122,7 @@ export class ActorSystem {
       ? await claimMessage(this.options.store, id, doc.lease_epoch, this.owner, this.options.leaseMs)
       : await restoreRecord(this.options.store, doc, this.owner, this.options.leaseMs);
     // someone else took it in between: it is being worked on, so not replayable now
-    if (!claimed || (claimed.state !== 'dlq' && claimed.state !== 'failed')) return 'invalid_state';
+    if (!claimed || !canReplay(claimed.state)) return 'invalid_state';
     const actor = new MessageActor(this.deps, claimed);
     await actor.replay();
     this.track(actor, actor.run());

@@ -1,9 +1,9 @@
 // /messages: read-only records of accepted mail with their lifecycle, newest first; replay of
 // dead-lettered messages; the stored original.
 import type { FastifyPluginAsync } from 'fastify';
-import { STATES } from '../actor/machine.ts';
 import type { ReplayOutcome } from '../actor/system.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import { isId } from '../store/ids.ts';
 import type { MessageDoc } from '../store/messages.ts';
@@ -109,7 +109,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
           properties: {
             limit: decimal(1, MAX_LIMIT, 50),
             offset: decimal(0, MAX_OFFSET, 0),
-            state: { type: 'string', enum: [...STATES] },
+            state: { type: 'string', enum: [...MESSAGE_STATES] },
             domain: { ...DOMAIN_FILTER },
             before: { type: 'string', minLength: 1, maxLength: 64 },
           },

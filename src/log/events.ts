@@ -21,7 +21,8 @@ export const EVENTS = Object.freeze({
   smtpAccepted: 'smtp.accepted',
   smtpRejected: 'smtp.rejected',
   smtpStoreFailed: 'smtp.store_failed',
-  messageTransition: 'message.transition',
+  /** a transition the lifecycle tables do not allow: a programming error; the message goes to dlq */
+  lifecycleInvalidTransition: 'lifecycle.invalid_transition',
   deliverySucceeded: 'delivery.succeeded',
   deliveryFailed: 'delivery.failed',
   deliveryDeadLettered: 'delivery.dlq',

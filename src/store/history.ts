@@ -4,7 +4,7 @@
 // touches the messages in flight, however much history is kept, and retention drops whole hours.
 import { Binary, BSON } from 'mongodb';
 import pRetry from 'p-retry';
-import { isFinal } from '../actor/machine.ts';
+import { isFinal } from '../lifecycle/lifecycle.ts';
 import { Batcher, BatcherPerName, memoizePer } from './batcher.ts';
 import { isDuplicateKey, isId } from './ids.ts';
 import type { MessageDoc, Ownership } from './messages.ts';

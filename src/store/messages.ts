@@ -3,14 +3,19 @@
 // message moves to its history partition (history.ts); the raw bytes are in raw.ts.
 import type { ObjectId, UpdateFilter } from 'mongodb';
 import pRetry from 'p-retry';
-import type { MessageState } from '../actor/machine.ts';
+import type {
+  HistoryEntry as MadeHistoryEntry,
+  MessageState as MadeMessageState,
+} from '../lifecycle/lifecycle.ts';
+import type { DeliveryStateName, MessageStateName } from '../lifecycle/tables.ts';
 import type { StoredAuth } from '../parse/sender-auth.ts';
 import { Batcher } from './batcher.ts';
 import { isDuplicateKey } from './ids.ts';
 import { insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
 
+/** As stored and read; written only as made by src/lifecycle/ (see AcceptedMessage, and the actor's Change). */
 export interface HistoryEntry {
-  state: MessageState;
+  state: MessageStateName | DeliveryStateName;
   at: Date;
   detail?: string;
   /** the delivery (webhook-id) this entry belongs to, when it is about one */
@@ -32,7 +37,7 @@ export interface DeliveryDoc {
   webhook_url: string;
   recipients: string[];
   plus_tag?: string;
-  state: MessageState;
+  state: DeliveryStateName;
   /** attempts made in the current round (a replay starts a new round) */
   attempts: number;
   next_attempt_at?: Date;
@@ -45,7 +50,7 @@ export interface MessageDoc {
   to: string[];
   subject: string;
   received_at: Date;
-  state: MessageState;
+  state: MessageStateName;
   envelope: { mail_from: string; rcpt_to: string[] };
   /** recipient domains, for filtering */
   domains: string[];
@@ -87,12 +92,15 @@ export interface LeaseDoc {
   expires_at: Date;
 }
 
+/** A message as accepted: its state and history are the lifecycle's `accept()`. */
+export type AcceptedMessage = MessageDoc & { state: MadeMessageState; history: MadeHistoryEntry[] };
+
 /**
  * Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. A
  * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
  * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
  */
-export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Promise<void> {
+export async function insertAcceptedMessage(store: Store, doc: AcceptedMessage): Promise<void> {
   await pRetry(
     async () => {
       try {

@@ -5,7 +5,7 @@
 // newest, only until the page is full: a page costs what the hours it spans hold, never the whole
 // history. On MongoDB an index serves each query; FerretDB sorts one hour's partition in memory.
 import type { Filter } from 'mongodb';
-import type { MessageState } from '../actor/machine.ts';
+import type { MessageStateName } from '../lifecycle/tables.ts';
 import { type ArchivedRecord, findRecord, unpackRecord } from './history.ts';
 import { isId } from './ids.ts';
 import type { MessageDoc } from './messages.ts';
@@ -23,7 +23,7 @@ export async function getMessage(store: Store, id: string): Promise<MessageDoc |
 export interface MessageQuery {
   limit: number;
   offset: number;
-  state?: MessageState;
+  state?: MessageStateName;
   /** a recipient domain (lower case) */
   domain?: string;
   /** keyset cursor: only messages older than this id (the last id of the previous page) */
@@ -31,7 +31,7 @@ export interface MessageQuery {
 }
 
 /** Which kinds of partition can hold records in a state (the in-flight states: none). */
-function kindsFor(state: MessageState | undefined): RecordKind[] {
+function kindsFor(state: MessageStateName | undefined): RecordKind[] {
   if (state === undefined) return ['history', 'dlq'];
   if (state === 'delivered') return ['history'];
   if (state === 'dlq') return ['dlq'];
