@@ -34,10 +34,6 @@ export const ERRORS = Object.freeze({
     http: 503,
     smtp: { code: 451, enhanced: '4.3.0', text: 'Temporary storage failure, try again later' },
   },
-  shutting_down: {
-    http: 503,
-    smtp: { code: 421, enhanced: '4.3.2', text: 'Service shutting down, try again later' },
-  },
   relay_denied: {
     http: 400,
     smtp: { code: 550, enhanced: '5.7.1', text: 'Relaying denied: domain not served here' },
@@ -57,10 +53,6 @@ export const ERRORS = Object.freeze({
   dmarc_rejected: {
     http: 403,
     smtp: { code: 550, enhanced: '5.7.1', text: 'Message rejected by the DMARC policy of the sender domain' },
-  },
-  bad_sequence: {
-    http: 400,
-    smtp: { code: 503, enhanced: '5.5.1', text: 'Bad sequence of commands' },
   },
 } as const satisfies Record<string, CatalogEntry>);
 

@@ -6,7 +6,6 @@ export const EVENTS = Object.freeze({
   serviceStopped: 'service.stopped',
   /** shutdown is waiting: what for (workers, SMTP sessions, deliveries in flight) */
   serviceWaiting: 'service.waiting',
-  configInvalid: 'config.invalid',
   authDisabled: 'auth.disabled',
   authRefused: 'auth.refused',
   configEffective: 'config.effective',
@@ -15,7 +14,6 @@ export const EVENTS = Object.freeze({
   databaseUnavailable: 'database.unavailable',
   databaseReconnected: 'database.reconnected',
   workerExited: 'worker.exited',
-  workerStarted: 'worker.started',
   serverListening: 'server.listening',
   routingChangeUnacknowledged: 'routing.change_unacknowledged',
   smtpAccepted: 'smtp.accepted',
