@@ -222,7 +222,7 @@ export class MessageActor {
     // not look like one whose parsing kills them (the poison rule counts takeovers while queued)
     if (this.doc.claims) await this.persist(change);
     else this.defer(change);
-    return new Map(output.bodies.map((body) => [body.key, body]));
+    return new Map(output.bodies.map((body) => [body.deliveryId, body]));
   }
 
   private async parse(raw: Uint8Array | undefined, deliveries: ReadonlyArray<Omit<DeliveryDoc, 'state'>>) {
@@ -232,7 +232,7 @@ export class MessageActor {
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);
         return {
-          key: d.id,
+          deliveryId: d.id,
           to: d.recipients,
           ...(d.plus_tag !== undefined ? { plusTag: d.plus_tag } : {}),
           ...(route?.webhook_secret ? { secret: route.webhook_secret } : {}),
@@ -293,7 +293,7 @@ export class MessageActor {
         await this.persist(decidePoolFailure(new Date()));
         return;
       }
-      bodies = new Map(output.bodies.map((body) => [body.key, body]));
+      bodies = new Map(output.bodies.map((body) => [body.deliveryId, body]));
     }
 
     const retrying = new Set(due.filter((d) => d.state === 'failed').map((d) => d.id));

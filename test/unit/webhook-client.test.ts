@@ -159,7 +159,7 @@ test('the receiver gets the exact body bytes and verifiable signature headers', 
   const rx = await receiver(t, (_req, res) => res.writeHead(200).end());
   const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
   const body = new TextEncoder().encode('{"subject":"Grüße — 你好 🚀","n":1}');
-  const headers = deliveryHeaders({ webhookId: 'msg_42', timestampSeconds: 1700000000, secret, body });
+  const headers = deliveryHeaders({ deliveryId: 'msg_42', timestampSeconds: 1700000000, secret, body });
   const result = await client(t).post(rx.url('/in?x=1'), body, headers);
   t.deepEqual(result.outcome, { ok: true, statusCode: 200 });
 
