@@ -1,7 +1,7 @@
 // /messages: read-only records of accepted mail with their lifecycle, newest first; replay of
 // dead-lettered messages; the stored original.
 import type { FastifyPluginAsync } from 'fastify';
-import type { ReplayOutcome } from '../actor/system.ts';
+import type { ReplayOutcome } from '../actor/replay.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
