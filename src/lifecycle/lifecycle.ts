@@ -70,7 +70,7 @@ function entry(state: MessageStateName | DeliveryStateName, at: Date, detail?: s
  * The state and history of a message just stored: accepted, then queued (both hold once the insert
  * is durable, which is when the sender is told 250).
  */
-export function accept(at: Date, detail: string): { state: MessageState; history: HistoryEntry[] } {
+export function accept(at: Date, detail?: string): { state: MessageState; history: HistoryEntry[] } {
   const queued = messageStep('accepted', 'enqueue', at);
   return { state: queued.state, history: [entry('accepted', at, detail), queued.entry] };
 }
@@ -101,7 +101,7 @@ export function deliveryStep(
 }
 
 /** A delivery created when its message is routed. */
-export function newDelivery(deliveryId: string, at: Date, detail: string): DeliveryStep {
+export function newDelivery(deliveryId: string, at: Date, detail?: string): DeliveryStep {
   return {
     state: FIRST_DELIVERY_STATE as DeliveryState,
     entry: entry(FIRST_DELIVERY_STATE, at, detail, deliveryId),
