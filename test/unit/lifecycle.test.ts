@@ -2,14 +2,18 @@
 // the retry policy.
 import { readFileSync } from 'node:fs';
 import test from 'ava';
+import type { Change } from '../../src/actor/change.ts';
 import { afterFailure, parseRetryDelayMs } from '../../src/actor/retry-policy.ts';
 import { lifecycleDiagram } from '../../src/lifecycle/diagram.ts';
 import {
   accept,
   canReplay,
+  type DeliveryState,
   deliveryStep,
+  type HistoryEntry,
   InvalidTransition,
   isFinal,
+  type MessageState,
   messageStateOf,
   messageStep,
   route,
@@ -121,6 +125,18 @@ test('delivered is final with no way out; dlq is final but can be replayed, and 
     MESSAGE_STATES.filter((state) => canReplay(state)),
     ['failed', 'dlq'],
   );
+});
+
+test('only the lifecycle makes a state or a history entry: the types refuse a literal (npm run check)', (t) => {
+  // @ts-expect-error a literal is not a message state
+  const state: MessageState = 'queued';
+  // @ts-expect-error nor a delivery state
+  const delivery: DeliveryState = 'delivered';
+  // @ts-expect-error nor a history entry
+  const entry: HistoryEntry = { state: 'queued', at: AT };
+  // @ts-expect-error so an actor's write cannot set one by hand
+  const change: Change = { set: { state: 'dlq' } };
+  t.deepEqual([state, delivery, entry.state, change.set?.state], ['queued', 'delivered', 'queued', 'dlq']);
 });
 
 test('the tables are frozen', (t) => {
