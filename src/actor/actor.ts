@@ -1,7 +1,7 @@
-// The per-message actor: drives one message it owns from queued to delivered or dlq. It decides
-// with the pure transition table and retry policy, persists each decision as one fenced write
-// (only while it still holds the message's lease epoch and the version it last wrote), and only
-// then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
+// The per-message actor: drives one message it owns from queued to delivered or dlq. What to do
+// is decided by the pure functions of decisions.ts; the actor performs the effects (read the raw
+// bytes, parse, POST), persists each decision as one fenced write (only while it still holds the
+// message's lease epoch and the version it last wrote), in order, and only then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
 // the scheduler of any process picks it up again when it is due.
 import type { UpdateFilter } from 'mongodb';
 import type { AttachmentLinks } from '../deliver/attachment-url.ts';
@@ -28,6 +28,7 @@ import {
   decideRetryStart,
   decideRouting,
   decideStart,
+  type RawBytes,
 } from './decisions.ts';
 
 export interface ActorDeps {
@@ -116,11 +117,11 @@ export class MessageActor {
     }
   }
 
-  /** Where the bytes of a queued message are: only a queued message is parsed, so only it looks. */
-  private async rawBytes(raw: Uint8Array | undefined) {
-    if (raw) return 'held' as const;
-    if (this.doc.state !== 'queued') return 'stored' as const;
-    return (await rawExists(this.deps.store, this.doc)) ? ('stored' as const) : ('missing' as const);
+  /** Where the raw bytes are: only a queued message is parsed, so only its are looked for. */
+  private async rawBytes(raw: Uint8Array | undefined): Promise<RawBytes> {
+    if (raw) return 'held';
+    if (this.doc.state !== 'queued') return 'unchecked';
+    return (await rawExists(this.deps.store, this.doc)) ? 'stored' : 'missing';
   }
 
   /**

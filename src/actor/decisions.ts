@@ -46,8 +46,8 @@ function storableAuth(auth: StoredAuth): StoredAuth {
   return JSON.parse(JSON.stringify(auth).replaceAll('\\u0000', '\\ufffd')) as StoredAuth;
 }
 
-/** Where the raw bytes of a queued message are, as the actor found them at the start of a run. */
-export type RawBytes = 'held' | 'stored' | 'missing';
+/** Where the raw bytes are, as the actor found them at the start of a run (only a queued message's are looked for). */
+export type RawBytes = 'held' | 'stored' | 'missing' | 'unchecked';
 
 export type RunStart =
   | { action: 'parse' }
@@ -215,8 +215,12 @@ export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date): Change {
   return { set: { state: step.state, parse_failures: 0, claims: 0 }, history: [step.entry] };
 }
 
-/** An invalid transition was asked for: the message goes to dlq with the reason, never retried. */
+/**
+ * An invalid transition was asked for: the message goes to dlq with the reason, never retried. One
+ * already final has nowhere to go: it is released as it is (and so leaves the working set).
+ */
 export function decideDefect(doc: Pick<MessageDoc, 'state'>, defect: InvalidTransition, at: Date): Change {
+  if (isFinal(doc.state)) return { unset: [...RELEASE] };
   const step = messageStep(doc.state, 'defect', at, `internal error: ${defect.message}`);
   return deadLetter(step, `internal error: ${defect.message}`);
 }

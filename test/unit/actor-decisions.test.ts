@@ -3,6 +3,7 @@
 import test from 'ava';
 import {
   decideAttempt,
+  decideDefect,
   decideParseFailure,
   decideReplay,
   decideRetryStart,
@@ -49,10 +50,10 @@ const starts: Array<[string, Pick<MessageDoc, 'state' | 'claims'>, RawBytes, str
   ['queued after 5 takeovers: poison', { state: 'queued', claims: 5 }, 'stored', 'dead_letter:poison'],
   ['queued, bytes missing: dlq', { state: 'queued', claims: 1 }, 'missing', 'dead_letter:raw_missing'],
   ['poison is checked before the bytes', { state: 'queued', claims: 6 }, 'missing', 'dead_letter:poison'],
-  ['routed: deliver', { state: 'routed' }, 'stored', 'deliver'],
-  ['failed: deliver', { state: 'failed' }, 'stored', 'deliver'],
-  ['retried: deliver', { state: 'retried' }, 'stored', 'deliver'],
-  ['dlq still in the working set: deliver (released, so moved)', { state: 'dlq' }, 'stored', 'deliver'],
+  ['routed: deliver', { state: 'routed' }, 'unchecked', 'deliver'],
+  ['failed: deliver', { state: 'failed' }, 'unchecked', 'deliver'],
+  ['retried: deliver', { state: 'retried' }, 'unchecked', 'deliver'],
+  ['dlq still in the working set: deliver (released, so moved)', { state: 'dlq' }, 'unchecked', 'deliver'],
 ];
 for (const [name, doc, raw, expected] of starts) {
   test(`start of a run: ${name}`, (t) => {
@@ -67,9 +68,19 @@ for (const [name, doc, raw, expected] of starts) {
 
 for (const state of ['accepted', 'parsed'] as const) {
   test(`start of a run: ${state} is never stored, so an invalid transition`, (t) => {
-    t.throws(() => decideStart({ state }, 'stored', AT), { instanceOf: InvalidTransition });
+    t.throws(() => decideStart({ state }, 'unchecked', AT), { instanceOf: InvalidTransition });
   });
 }
+
+test('an invalid transition: dlq with the reason; a message already final is only released', (t) => {
+  const defect = new InvalidTransition('delivery', 'delivered', 'attempt_ok');
+  t.deepEqual(shape(decideDefect({ state: 'routed' }, defect, AT)), {
+    state: 'dlq',
+    history: ['dlq: internal error: invalid delivery transition: delivered --attempt_ok-->'],
+    released: true,
+  });
+  t.deepEqual(decideDefect({ state: 'delivered' }, defect, AT), { unset: ['due_at', 'lease_owner'] });
+});
 
 const parseFailures: Array<
   [string, number | undefined, { code: string; message: string }, ReturnType<typeof shape>]
