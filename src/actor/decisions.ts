@@ -37,7 +37,7 @@ function deadLetter(step: MessageStep, error: string, set: Change['set'] = {}): 
 }
 
 /** FerretDB refuses NUL in strings: the record keeps U+FFFD where the mail had NUL (the payload keeps NUL). */
-export function storable(text: string): string {
+function storable(text: string): string {
   return text.includes('\u0000') ? text.replaceAll('\u0000', '\ufffd') : text;
 }
 

@@ -7,7 +7,6 @@ import {
   DELIVERY_TABLE,
   type DeliveryEvent,
   type DeliveryStateName,
-  FINAL_DELIVERY_STATES,
   FINAL_MESSAGE_STATES,
   FIRST_DELIVERY_STATE,
   FOLLOWS_DELIVERIES,
@@ -148,9 +147,4 @@ export function canReplay(state: MessageStateName): boolean {
 /** Whether a message in this state has left the pipeline (it moves to its history partition). */
 export function isFinal(state: MessageStateName): boolean {
   return FINAL_MESSAGE_STATES.includes(state);
-}
-
-/** Whether a delivery in this state will not be attempted again (until a replay). */
-export function isFinalDelivery(state: DeliveryStateName): boolean {
-  return FINAL_DELIVERY_STATES.includes(state);
 }

@@ -88,5 +88,3 @@ export const DELIVERY_TABLE: Table<DeliveryStateName, DeliveryEvent> = Object.fr
   delivered: Object.freeze({}),
   dlq: Object.freeze({}),
 });
-
-export const FINAL_DELIVERY_STATES: readonly DeliveryStateName[] = Object.freeze(['delivered', 'dlq']);
