@@ -1,12 +1,13 @@
 // `npm test`: makes sure a MongoDB-compatible server is there (MONGODB_URI, else a throwaway one
-// for this run), runs AVA with any arguments given, and ends with the plain closing line
-// `tests: N passed, N failed` that CI reads.
+// for this run), runs AVA with any arguments given and its TAP reporter, shows a line per test, and
+// ends with the plain closing line `tests: N passed, N failed` (and skipped, todo) that CI reads.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type LocalServer, startLocalServer } from '../src/store/local-server.ts';
+import { closingLine, TapReader } from './tap-report.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 let server: LocalServer | undefined;
@@ -19,9 +20,10 @@ if (!process.env.MONGODB_URI) {
   process.stdout.write(`test database: ${server.kind} at ${server.uri}\n`);
 }
 
+// TAP, not AVA's default report, so that the counts come from a format meant to be read by programs
 const ava = spawn(
   process.execPath,
-  [path.join(root, 'node_modules/ava/entrypoints/cli.js'), ...process.argv.slice(2)],
+  [path.join(root, 'node_modules/ava/entrypoints/cli.js'), '--tap', ...process.argv.slice(2)],
   {
     cwd: root,
     stdio: ['inherit', 'pipe', 'inherit'],
@@ -29,27 +31,27 @@ const ava = spawn(
   },
 );
 
-let passed = 0;
-let failed = 0;
+const tap = new TapReader();
+const show = (line: string) => {
+  const shown = tap.read(line);
+  if (shown !== undefined) process.stdout.write(`${shown}\n`);
+};
 let tail = '';
 ava.stdout.on('data', (chunk: Buffer) => {
-  process.stdout.write(chunk);
   tail += chunk.toString();
   const lines = tail.split('\n');
   tail = lines.pop() ?? '';
-  for (const line of lines) count(line);
+  for (const line of lines) show(line);
 });
 
-/** AVA marks each test: "✔ file › title" passed, "✘ [fail]: ..." failed (also timeouts, crashes). */
-function count(line: string): void {
-  if (/^\s*✔ /.test(line) && !/^\s*✔ \d+ tests? passed/.test(line)) passed++;
-  else if (/^\s*✘ \[(fail|timeout|crash)/.test(line)) failed++;
-}
-
-const code: number = await new Promise((resolve) => ava.on('exit', (exitCode) => resolve(exitCode ?? 1)));
-if (tail) count(tail);
-if (code !== 0 && failed === 0) failed = 1;
+const code: number = await new Promise((resolve) => ava.on('close', (exitCode) => resolve(exitCode ?? 1)));
+if (tail) show(tail);
 await server?.stop();
 if (dataDir) rmSync(dataDir, { recursive: true, force: true });
-process.stdout.write(`\ntests: ${passed} passed, ${failed} failed\n`);
-process.exit(code);
+const counts = tap.finish(code);
+// the failures again at the end, where a long run's reader looks first
+for (const { title, detail } of counts.failures)
+  process.stdout.write(`\n  ✘ ${title}\n${detail.join('\n')}\n`);
+for (const note of counts.notes) process.stdout.write(`\n${note}\n`);
+process.stdout.write(`\n${closingLine(counts)}\n`);
+process.exit(code === 0 && counts.failed > 0 ? 1 : code);

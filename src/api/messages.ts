@@ -6,6 +6,7 @@ import { ServiceError } from '../errors/catalog.ts';
 import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import { isId } from '../store/ids.ts';
+import type { MessageSummary } from '../store/listing.ts';
 import type { MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawStream } from '../store/raw.ts';
@@ -53,7 +54,7 @@ export interface MessageView {
   state: string;
 }
 
-export function toMessageView(doc: MessageDoc): MessageView {
+export function toMessageView(doc: MessageSummary): MessageView {
   return {
     id: doc._id,
     message_id: doc.message_id,

@@ -417,7 +417,8 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   for (const [key, setting] of Object.entries(SETTINGS) as [string, Setting<unknown>][]) {
     const fromFlag = flags[setting.flag];
     const fromEnv = env[setting.env];
-    const raw = fromFlag ?? (fromEnv === '' && setting.env !== 'SERVICE_API_KEY' ? undefined : fromEnv);
+    // an empty variable is an unset one (compose files and shells leave them empty): the default
+    const raw = fromFlag ?? (fromEnv === '' ? undefined : fromEnv);
     if (raw === undefined) {
       config[key] = setting.defaultValue();
       continue;

@@ -6,10 +6,19 @@ import { Binary, BSON } from 'mongodb';
 import pRetry from 'p-retry';
 import { isFinal } from '../lifecycle/lifecycle.ts';
 import { Batcher, BatcherPerName, memoizePer } from './batcher.ts';
+import { removeAsOwners } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
+import {
+  appendEntries,
+  entryOf,
+  type ListingEntry,
+  type MessageSummary,
+  removeEntry,
+  SUMMARY_FIELDS,
+} from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import { DURABLE, insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
-import { partitionName, partitionOfId, type RecordKind } from './partitions.ts';
+import { parsePartitionName, partitionName, partitionOfId, type RecordKind } from './partitions.ts';
 
 /** Where a final record goes. */
 export function recordKind(doc: Pick<MessageDoc, 'state'>): RecordKind {
@@ -21,26 +30,13 @@ export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean
   return isFinal(doc.state) && doc.due_at === undefined;
 }
 
-/** The fields a listing shows and filters on: kept as they are in a partition. */
-const SUMMARY_FIELDS = [
-  '_id',
-  'message_id',
-  'from',
-  'to',
-  'subject',
-  'received_at',
-  'state',
-  'domains',
-] as const;
-type Summary = Pick<MessageDoc, (typeof SUMMARY_FIELDS)[number]>;
-
 /**
  * A final record as its partition keeps it: the summary fields as fields (listed, filtered,
  * queryable by an operator), and everything else (history, attempts, deliveries, envelope, ...)
  * packed as one BSON value. FerretDB decodes every document a query reads, field by field; a
  * listing page of an hour read 3 to 8 times faster this way than with the nested arrays as fields.
  */
-export interface ArchivedRecord extends Summary {
+export interface ArchivedRecord extends MessageSummary {
   detail: Binary;
 }
 
@@ -51,20 +47,26 @@ export function packRecord(doc: MessageDoc): ArchivedRecord {
   const detail: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(record))
     ((SUMMARY_FIELDS as readonly string[]).includes(key) ? summary : detail)[key] = value;
-  return { ...(summary as unknown as Summary), detail: new Binary(BSON.serialize(detail)) };
+  return { ...(summary as unknown as MessageSummary), detail: new Binary(BSON.serialize(detail)) };
 }
 
 export function unpackRecord(record: ArchivedRecord): MessageDoc {
   const { detail, ...summary } = record;
-  return { ...summary, ...(BSON.deserialize(detail.buffer) as Omit<MessageDoc, keyof Summary>) };
+  return { ...summary, ...(BSON.deserialize(detail.buffer) as Omit<MessageDoc, keyof MessageSummary>) };
 }
 
 function recordCollection(store: Store, kind: RecordKind, id: string) {
   return store.db.collection<ArchivedRecord>(partitionName(kind, partitionOfId(id)));
 }
 
+/** A final record on its way to its partition, with its line for the listing. */
+interface Archived {
+  record: ArchivedRecord;
+  entry: ListingEntry;
+}
+
 interface ArchiveWriters {
-  inserts: BatcherPerName<ArchivedRecord, Error | undefined>;
+  inserts: BatcherPerName<Archived, Error | undefined>;
   removals: Batcher<Ownership, boolean>;
 }
 
@@ -75,39 +77,39 @@ const writers = memoizePer(
         new Batcher({
           maxInFlight: 2,
           maxBatch: 64,
-          flush: (docs) => insertEach(store.db.collection<ArchivedRecord>(name), docs),
+          flush: (batch) => storeBatch(store, name, batch),
         }),
     ),
     // small bulk deletes, for the reason the owners' bulk updates are small (see messages.ts)
     removals: new Batcher({
       maxInFlight: 2,
       maxBatch: 8,
-      flush: (owners) => removeFromWorkingSet(store, owners),
+      flush: (owners) => removeAsOwners(store, owners),
     }),
   }),
 );
 
 /**
- * The fenced removals of many messages from the working set in one command. A removal that
- * matched nothing either lost to a takeover (the record is still there, at another epoch or
- * version) or was applied by an earlier try of the same command: what is left tells which.
+ * One batch of final records into a partition, then their listing entries in one insert. A record
+ * already there (an archive re-run after a crash) is replaced. A failure of the entries fails the
+ * whole batch: it is retried, and records already stored are then replaced.
  */
-async function removeFromWorkingSet(store: Store, owners: Ownership[]): Promise<boolean[]> {
-  const result = await store.messages.bulkWrite(
-    owners.map((owner) => ({
-      deleteOne: { filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version } },
-    })),
-    { ordered: false, writeConcern: DURABLE },
+async function storeBatch(store: Store, name: string, batch: Archived[]): Promise<Array<Error | undefined>> {
+  const collection = store.db.collection<ArchivedRecord>(name);
+  const outcomes = await insertEach(
+    collection,
+    batch.map((archived) => archived.record),
   );
-  if (result.deletedCount === owners.length) return owners.map(() => true);
-  const left = new Set(
-    (
-      await store.messages
-        .find({ _id: { $in: owners.map((o) => o.id) } }, { projection: { _id: 1 } })
-        .toArray()
-    ).map((doc) => doc._id),
-  );
-  return owners.map((owner) => !left.has(owner.id));
+  for (const [i, outcome] of outcomes.entries()) {
+    if (!outcome || !isDuplicateKey(outcome)) continue;
+    const { record } = batch[i]!;
+    await collection.replaceOne({ _id: record._id }, record, { writeConcern: DURABLE });
+    outcomes[i] = undefined;
+  }
+  const { kind, key } = parsePartitionName(name)!;
+  const entries = batch.filter((_, i) => outcomes[i] === undefined).map((archived) => archived.entry);
+  await appendEntries(store, kind as RecordKind, key, entries);
+  return outcomes;
 }
 
 /** Indexes of a new partition of records: only listings by recipient domain need one. */
@@ -122,19 +124,19 @@ async function preparePartition(store: Store, kind: RecordKind, id: string): Pro
 async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
   await preparePartition(store, kind, doc._id);
-  const record = packRecord(doc);
+  const archived = { record: packRecord(doc), entry: entryOf(doc) };
   await pRetry(async () => {
-    const outcome = await writers(store).inserts.submit(partitionName(kind, partitionOfId(doc._id)), record);
-    if (!outcome) return;
-    if (!isDuplicateKey(outcome)) throw outcome;
-    await recordCollection(store, kind, doc._id).replaceOne({ _id: doc._id }, record, {
-      writeConcern: DURABLE,
-    });
+    const outcome = await writers(store).inserts.submit(
+      partitionName(kind, partitionOfId(doc._id)),
+      archived,
+    );
+    if (outcome) throw outcome;
   }, TRANSIENT_RETRY);
   // a replayed message may have left its earlier record in the other kind of partition
   if (doc.replays) {
     const other = kind === 'dlq' ? 'history' : 'dlq';
     await recordCollection(store, other, doc._id).deleteOne({ _id: doc._id });
+    await removeEntry(store, other, partitionOfId(doc._id), doc._id, doc.version);
   }
 }
 
@@ -189,9 +191,12 @@ export async function restoreRecord(
     if (isDuplicateKey(err)) return undefined;
     throw err;
   }
-  await recordCollection(store, recordKind(record), record._id)
+  const kind = recordKind(record);
+  await recordCollection(store, kind, record._id)
     .deleteOne({ _id: record._id })
     .catch(() => {});
+  // its listing entry in that partition is hidden (the working-set copy is listed meanwhile)
+  await removeEntry(store, kind, partitionOfId(record._id), record._id, doc.version).catch(() => {});
   return doc;
 }
 
@@ -200,18 +205,23 @@ export async function restoreRecord(
  * records of the earlier layout): one insert per partition; records already there are left.
  */
 export async function insertRecords(store: Store, docs: readonly MessageDoc[]): Promise<void> {
-  const byPartition = new Map<string, { kind: RecordKind; id: string; docs: ArchivedRecord[] }>();
+  const byPartition = new Map<string, { kind: RecordKind; id: string; docs: MessageDoc[] }>();
   for (const doc of docs) {
     const kind = recordKind(doc);
     const name = partitionName(kind, partitionOfId(doc._id));
     const entry = byPartition.get(name) ?? { kind, id: doc._id, docs: [] };
-    entry.docs.push(packRecord(doc));
+    entry.docs.push(doc);
     byPartition.set(name, entry);
   }
-  for (const [name, entry] of byPartition) {
-    await preparePartition(store, entry.kind, entry.id);
-    const outcomes = await insertEach(store.db.collection<ArchivedRecord>(name), entry.docs);
+  for (const [name, partition] of byPartition) {
+    await preparePartition(store, partition.kind, partition.id);
+    const outcomes = await insertEach(
+      store.db.collection<ArchivedRecord>(name),
+      partition.docs.map(packRecord),
+    );
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
     if (failed) throw failed;
+    // records already there (a run cut short) get their entries again: a duplicate entry is harmless
+    await appendEntries(store, partition.kind, partitionOfId(partition.id), partition.docs.map(entryOf));
   }
 }

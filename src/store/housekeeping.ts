@@ -1,13 +1,15 @@
 // Background upkeep of the history, run by the primary alone, in bounded steps with pauses between
 // them so that it never competes with the hot path: retention drops whole hourly partitions once
-// their hour is older than the settings (records: RECORD_RETENTION, raw bytes: RAW_RETENTION), and
-// records of the earlier layout (final messages kept in the working set) move to their partitions.
+// their hour is older than the settings (records: RECORD_RETENTION, raw bytes: RAW_RETENTION),
+// records of the earlier layout (final messages kept in the working set) move to their partitions,
+// and record partitions from before listing partitions existed get theirs.
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import { insertRecords } from './history.ts';
+import { type ArchivedRecord, insertRecords, unpackRecord } from './history.ts';
+import { appendEntries, entryOf, listingKind } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { PARTITION_MS, type Partition, partitionOfId, partitionStart } from './partitions.ts';
+import { PARTITION_MS, type Partition, partitionName, partitionOfId, partitionStart } from './partitions.ts';
 
 export interface HousekeepingOptions {
   store: Store;
@@ -27,6 +29,8 @@ export interface HousekeepingReport {
   /** raw partitions past retention kept because a message in flight still needs them */
   kept: string[];
   migrated: number;
+  /** record partitions given the listing partition they lacked */
+  listed: number;
 }
 
 /** Records of the earlier layout moved per step. */
@@ -83,7 +87,7 @@ export class Housekeeping {
   }
 
   private async pass(): Promise<HousekeepingReport> {
-    const report: HousekeepingReport = { dropped: [], kept: [], migrated: await this.migrate() };
+    const report: HousekeepingReport = { dropped: [], kept: [], migrated: await this.migrate(), listed: 0 };
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
     let inFlightHours: Set<string> | undefined;
@@ -105,9 +109,35 @@ export class Housekeeping {
       await pause();
     }
     if (await this.dropLegacyRaw(now)) report.dropped.push(...LEGACY_RAW);
-    if (report.dropped.length || report.migrated)
+    report.listed = await this.listUnlisted();
+    if (report.dropped.length || report.migrated || report.listed)
       this.options.logger.info({ event: EVENTS.housekeepingDone, ...report }, 'history housekeeping');
     return report;
+  }
+
+  /**
+   * Gives each record partition written before listing partitions existed its listing partition,
+   * one partition per step (until then a listing reads its records instead).
+   */
+  private async listUnlisted(): Promise<number> {
+    const { store } = this.options;
+    const partitions = await store.partitions.list();
+    const names = new Set(partitions.map((partition) => partition.name));
+    let listed = 0;
+    for (const { kind, key, name } of partitions) {
+      if ((kind !== 'history' && kind !== 'dlq') || names.has(partitionName(listingKind(kind), key)))
+        continue;
+      const records = await store.db.collection<ArchivedRecord>(name).find({}).toArray();
+      await appendEntries(
+        store,
+        kind,
+        key,
+        records.map((record) => entryOf(unpackRecord(record))),
+      );
+      listed++;
+      await pause();
+    }
+    return listed;
   }
 
   private async inFlightHours(): Promise<Set<string>> {

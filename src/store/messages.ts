@@ -10,6 +10,7 @@ import type {
 import type { DeliveryStateName, MessageStateName } from '../lifecycle/tables.ts';
 import type { StoredAuth } from '../parse/sender-auth.ts';
 import { Batcher } from './batcher.ts';
+import { applyOwnerWrites, moveToEpoch, type OwnerWrite } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import { insertEach, type Store, TRANSIENT_RETRY } from './mongo.ts';
 
@@ -147,41 +148,6 @@ export async function writeAsOwner(
   return applied ? owner.version + 1 : undefined;
 }
 
-interface OwnerWrite {
-  owner: Ownership;
-  update: UpdateFilter<MessageDoc>;
-}
-
-/**
- * The owners' writes of many messages in one unordered bulk update: one round trip for all the
- * actors that wrote at the same moment. When fewer matched than were sent, some fence held (the
- * message was taken over) or a retry finds its own earlier write applied: the versions read back
- * tell which writes are in (same epoch, version one past the expected one).
- */
-async function applyOwnerWrites(store: Store, writes: OwnerWrite[]): Promise<boolean[]> {
-  const result = await store.messages.bulkWrite(
-    writes.map(({ owner, update }) => ({
-      updateOne: {
-        filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
-        update: { ...update, $inc: { ...(update.$inc ?? {}), version: 1 } },
-      },
-    })),
-    { ordered: false },
-  );
-  if (result.matchedCount === writes.length) return writes.map(() => true);
-  const now = await store.messages
-    .find(
-      { _id: { $in: writes.map((w) => w.owner.id) } },
-      { projection: { _id: 1, lease_epoch: 1, version: 1 } },
-    )
-    .toArray();
-  const byId = new Map(now.map((doc) => [doc._id, doc]));
-  return writes.map(({ owner }) => {
-    const doc = byId.get(owner.id);
-    return doc?.lease_epoch === owner.epoch && doc.version === owner.version + 1;
-  });
-}
-
 interface WriteBatchers {
   inserts: Batcher<MessageDoc, Error | undefined>;
   ownerWrites: Batcher<OwnerWrite, boolean>;
@@ -266,19 +232,13 @@ export async function claimMessage(
     }
   }
   // the won epoch must reach the message; a transient failure here would orphan the lease
-  return (
-    (await pRetry(
-      () =>
-        store.messages.findOneAndUpdate(
-          { _id: id, lease_epoch: currentEpoch },
-          {
-            $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
-            $inc: { version: 1, claims: 1 },
-          },
-          { returnDocument: 'after' },
-        ),
-      TRANSIENT_RETRY,
-    )) ?? undefined
+  return pRetry(
+    () =>
+      moveToEpoch(store, id, currentEpoch, {
+        $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
+        $inc: { version: 1, claims: 1 },
+      }),
+    TRANSIENT_RETRY,
   );
 }
 

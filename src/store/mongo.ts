@@ -26,6 +26,11 @@ export interface Store {
   readonly leases: Collection<LeaseDoc>;
   /** the hourly history partitions that exist (see partitions.ts) */
   readonly partitions: PartitionCatalog;
+  /**
+   * the server is FerretDB (its buildInfo has `ferretdbVersion`): it reads a whole collection for
+   * any filter but exactly `{_id: X}`. Only fencing.ts acts on it.
+   */
+  readonly ferretdb: boolean;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -79,6 +84,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const db = client.db(options.dbName || undefined);
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
+  const buildInfo = await database.admin().command({ buildInfo: 1 });
 
   const store: Store = {
     client,
@@ -88,6 +94,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
     partitions: new PartitionCatalog(database),
+    ferretdb: 'ferretdbVersion' in buildInfo,
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });

@@ -11,10 +11,11 @@ export const PARTITION_MS = 3_600_000;
 
 /**
  * What a partition holds: `history` delivered records, `dlq` dead-lettered records (apart, so that
- * listing the dead letter queue reads only it), `raw` the bytes of messages up to 4 MB, `rawfs` a
+ * listing the dead letter queue reads only it), `history_list` and `dlq_list` the listing's
+ * summaries of those records (listing.ts), `raw` the bytes of messages up to 4 MB, `rawfs` a
  * GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`).
  */
-export type PartitionKind = 'history' | 'dlq' | 'raw' | 'rawfs';
+export type PartitionKind = 'history' | 'dlq' | 'history_list' | 'dlq_list' | 'raw' | 'rawfs';
 export type RecordKind = Extract<PartitionKind, 'history' | 'dlq'>;
 
 export interface Partition {
@@ -53,7 +54,7 @@ export function partitionName(kind: PartitionKind, key: string): string {
   return `${kind}_${key}`;
 }
 
-const NAME = /^(history|dlq|raw|rawfs)_(\d{10})(\.files|\.chunks)?$/;
+const NAME = /^(history|dlq|history_list|dlq_list|raw|rawfs)_(\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {

@@ -1,13 +1,13 @@
 // The read side of messages: one by id, and newest-first listings, over the working set and the
 // hourly history partitions. A lookup by id is exactly `{_id: X}` on the working set and on the
-// two partitions the id names. For a listing, each source is
-// asked for its newest matching records (by id: ids carry their time), hour by hour from the
-// newest, only until the page is full: a page costs what the hours it spans hold, never the whole
-// history. On MongoDB an index serves each query; FerretDB sorts one hour's partition in memory.
+// two partitions the id names. A listing reads the working set and then the listing partitions
+// (listing.ts) hour by hour from the newest (ids carry their time), only until the page is full:
+// a page costs the packed summaries of the hours it spans, never the whole history.
 import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
-import { type ArchivedRecord, findRecord, unpackRecord } from './history.ts';
+import { type ArchivedRecord, findRecord } from './history.ts';
 import { isId } from './ids.ts';
+import { listingKind, type MessageSummary, readEntries, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { PARTITION_MS, partitionKey, partitionName, partitionOfId, type RecordKind } from './partitions.ts';
@@ -38,70 +38,107 @@ function kindsFor(state: MessageStateName | undefined): RecordKind[] {
   return [];
 }
 
-const newestFirst = (a: MessageDoc, b: MessageDoc) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0);
+const newestFirst = (a: MessageSummary, b: MessageSummary) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0);
+
+/** Hours read at once, at most: a sparse listing (the dead letter queue) spans many hours. */
+const MAX_HOURS_AT_ONCE = 16;
 
 /** Newest first (by id, which is the acceptance time), skipping `offset`, at most `limit`. */
-export async function listMessages(store: Store, query: MessageQuery): Promise<MessageDoc[]> {
+export async function listMessages(store: Store, query: MessageQuery): Promise<MessageSummary[]> {
   const want = query.offset + query.limit;
   const base: Filter<MessageDoc> = {};
   if (query.domain) base.domains = query.domain;
-  const olderThan = (filter: Filter<MessageDoc>): Filter<MessageDoc> =>
-    query.before ? { ...filter, _id: { $lt: query.before } } : filter;
-
+  if (query.before) base._id = { $lt: query.before };
   const live = await store.messages
-    .find(olderThan(query.state ? { ...base, state: query.state } : base))
+    .find(query.state ? { ...base, state: query.state } : base)
     .sort({ _id: -1 })
     .limit(want)
     .toArray();
 
   const kinds = kindsFor(query.state);
-  const archived: MessageDoc[] = [];
+  const archived: MessageSummary[] = [];
   if (kinds.length > 0) {
-    for (const key of await hoursToRead(store, kinds, query.before)) {
-      // every older hour holds only older messages: once this many are found, the rest cannot count
-      const remaining = want - archived.length;
-      if (remaining <= 0) break;
-      const filter = query.before && key === partitionOfId(query.before) ? olderThan(base) : base;
+    const { hours, unlisted } = await hoursToRead(store, kinds, query.before);
+    const inQuery = (summary: MessageSummary) =>
+      (!query.domain || summary.domains.includes(query.domain)) &&
+      (!query.before || summary._id < query.before);
+    // the hours newest first, a few more at each step: every older hour holds only older messages,
+    // so once `want` are found the rest cannot count
+    for (let next = 0, step = 1; next < hours.length && archived.length < want; step *= 2) {
+      const keys = hours.slice(next, next + Math.min(step, MAX_HOURS_AT_ONCE));
+      next += keys.length;
       const found = await Promise.all(
-        kinds.map((kind) =>
-          store.db
-            .collection<ArchivedRecord>(partitionName(kind, key))
-            .find(filter as Filter<ArchivedRecord>)
-            .sort({ _id: -1 })
-            .limit(remaining)
-            .toArray(),
+        keys.flatMap((key) =>
+          kinds.map((kind) =>
+            unlisted.has(partitionName(kind, key))
+              ? readRecords(store, kind, key, base, want)
+              : readEntries(store, kind, key),
+          ),
         ),
       );
-      archived.push(...found.flat().map(unpackRecord));
+      archived.push(...found.flat().filter(inQuery));
     }
   }
+  // room for archived messages that turn out to be in the working set (a replay): they are left out
+  const candidates = archived.sort(newestFirst).slice(0, want + 64);
 
-  // a message between its archiving and its removal from the working set is in both: the
-  // working-set copy is the one that counts. Filtered by state, that copy may not be among `live`
+  // a message between its archiving and its removal from the working set, or replayed, is in
+  // both: the working-set copy is the one that counts, and it may not be among `live`
   const liveIds = new Set(live.map((doc) => doc._id));
-  if (query.state && archived.length > 0) {
+  if (candidates.length > 0) {
     const inFlight = await store.messages
-      .find({ _id: { $in: archived.map((doc) => doc._id) } }, { projection: { _id: 1 } })
+      .find({ _id: { $in: candidates.map((doc) => doc._id) } }, { projection: { _id: 1 } })
       .toArray();
     for (const doc of inFlight) liveIds.add(doc._id);
   }
-  const merged = [...live, ...archived.filter((doc) => !liveIds.has(doc._id))].sort(newestFirst);
+  const merged = [...live, ...candidates.filter((doc) => !liveIds.has(doc._id))].sort(newestFirst);
   return merged.slice(query.offset, want);
 }
 
+/** The records of a partition written before listing partitions existed (see housekeeping.ts). */
+async function readRecords(
+  store: Store,
+  kind: RecordKind,
+  key: string,
+  filter: Filter<MessageDoc>,
+  limit: number,
+): Promise<MessageSummary[]> {
+  const projection = Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, 1]));
+  return store.db
+    .collection<ArchivedRecord>(partitionName(kind, key))
+    .find(filter as Filter<ArchivedRecord>, { projection })
+    .sort({ _id: -1 })
+    .limit(limit)
+    .toArray();
+}
+
 /**
- * The hours whose partitions of these kinds exist, newest first, up to the cursor's hour. The
- * current and the previous hour are always included: another process may have created them a
- * moment ago, after this one last read the catalog (a query on a missing collection finds nothing).
+ * The hours whose partitions of these kinds exist, newest first, up to the cursor's hour, and the
+ * record partitions among them that have no listing partition (yet). The current and the previous
+ * hour are always included: another process may have created them a moment ago, after this one
+ * last read the catalog (a query on a missing collection finds nothing).
  */
-async function hoursToRead(store: Store, kinds: RecordKind[], before: string | undefined): Promise<string[]> {
+async function hoursToRead(
+  store: Store,
+  kinds: RecordKind[],
+  before: string | undefined,
+): Promise<{ hours: string[]; unlisted: Set<string> }> {
   const now = Date.now();
   const hours = new Set([partitionKey(now), partitionKey(now - PARTITION_MS)]);
-  for (const partition of await store.partitions.list())
-    if ((kinds as string[]).includes(partition.kind)) hours.add(partition.key);
+  const records = new Set<string>();
+  const listed = new Set<string>();
+  for (const partition of await store.partitions.list()) {
+    const kind = kinds.find((kind) => partition.kind === kind || partition.kind === listingKind(kind));
+    if (!kind) continue;
+    hours.add(partition.key);
+    (partition.kind === kind ? records : listed).add(partitionName(kind, partition.key));
+  }
   const until = before ? partitionOfId(before) : undefined;
-  return [...hours]
-    .filter((key) => until === undefined || key <= until)
-    .sort()
-    .reverse();
+  return {
+    hours: [...hours]
+      .filter((key) => until === undefined || key <= until)
+      .sort()
+      .reverse(),
+    unlisted: new Set([...records].filter((name) => !listed.has(name))),
+  };
 }

@@ -2,6 +2,7 @@
 // answers as each test tells it (a status, a hang, a reset). Waiting is polling with a deadline.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { waitUntil } from './wait.ts';
 
 export interface ReceivedRequest {
   path: string;
@@ -56,12 +57,8 @@ export class WebhookReceiver {
   }
 
   /** Resolves once `predicate` holds; fails after `timeoutMs`. */
-  async waitFor(predicate: () => boolean, timeoutMs = 20_000, what = 'condition'): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!predicate()) {
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
+  waitFor(predicate: () => boolean, timeoutMs = 20_000, what = 'condition'): Promise<void> {
+    return waitUntil(predicate, what, { timeoutMs, everyMs: 25 });
   }
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {

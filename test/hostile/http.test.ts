@@ -488,10 +488,9 @@ const LONE_SURROGATES: Array<[string, string]> = [
   ['a reversed pair', '\udc00\ud800'],
 ];
 
-// DEFECT (src/api/routes.ts, POST /routes): a recipient_pattern or webhook_secret holding a lone
-// surrogate (valid JSON: "\ud800") is answered 201 echoing it, but the MongoDB driver writes it as
-// U+FFFD, so GET /routes shows a different value from the one the 201 confirmed. Strings that are
-// not well-formed UTF-16 (String.prototype.isWellFormed) should be 400 invalid_request.
+// A lone surrogate is valid JSON ("\ud800") but not storable: the MongoDB driver writes it as
+// U+FFFD. Guards that no string field is answered 201 with a value GET would then show differently
+// (today every such body is 400 invalid_request, from the well-formed check in src/api/app.ts).
 test.serial('lone surrogates in a string field are refused, or stored as the 201 said', async (t) => {
   const before = await records();
   const outcomes: string[] = [];
@@ -504,15 +503,11 @@ test.serial('lone surrogates in a string field are refused, or stored as the 201
   t.log(`lone surrogates: ${outcomes.length} cases → ${tally(outcomes)}`);
 });
 
-// DEFECT (src/api/routes.ts, src/api/messages.ts, src/api/domains.ts): a NUL character reaches
-// the database unchecked: in webhook_secret (201, stored), in the domain filter of GET /messages
-// (200) and in any :id path segment (404). FerretDB on PostgreSQL, which npm test and the
-// development default now pick when a PostgreSQL answers, cannot store or compare it ("unsupported
-// Unicode escape sequence"), and the API answers 500 internal_error. The other text fields already
-// refuse control characters. Fix: refuse control characters in webhook_secret (400
-// invalid_request) and in the domain filter (400 invalid_query), and answer 404 without a query
-// for an id that does not match ID_PATTERN (src/store/ids.ts). The other cases here already pass
-// on every backend; webhook_secret and the domain filter fail on all of them.
+// FerretDB on PostgreSQL can neither store nor compare a NUL ("unsupported Unicode escape
+// sequence"): one that reached the database would be a 500. Guards that none does, on every
+// backend: webhook_secret is 400 invalid_request, the domain filter of GET /messages 400
+// invalid_query, an :id segment 404 without a query (it does not match ID_PATTERN), and the other
+// text fields are refused or stored as the 201 said.
 test.serial('a NUL is refused before it reaches the database', async (t) => {
   const before = await records();
   const outcomes: string[] = [];
@@ -595,13 +590,10 @@ test.serial('undecodable or over-long ids are 4xx, never 5xx, and change nothing
   t.log(`undecodable and over-long ids: ${outcomes.length} cases → ${tally(outcomes)}`);
 });
 
-// DEFECT (src/api/app.ts): the router answers these itself, before the onRequest hook that checks
-// the key and outside the error handler: DELETE /domains/%ZZ without any key is 400
-// {"error":"Bad Request","code":"FST_ERR_BAD_URL",...,"statusCode":400}, a 201-character id is 414
-// {"error":"Bad Request","code":"FST_ERR_MAX_PARAM_LENGTH",...} echoing the path. Neither status is
-// in openapi.yaml for these operations, neither body is the catalog's, and the key is never checked.
-// Fix: give Fastify a `frameworkErrors` handler that checks the key (401) and otherwise answers
-// 404 not_found with the catalog body.
+// The router refuses these itself (an undecodable segment, one over 200 characters), before the
+// key check and outside the error handler. Guards the `frameworkErrors` handler in src/api/app.ts:
+// without the key 401, with it 404 with the catalog body, never Fastify's own 400 or 414 body
+// echoing the path.
 test.serial(
   'undecodable or over-long ids are 401 without the key and 404 with the catalog body with it',
   async (t) => {
@@ -660,11 +652,9 @@ test.serial('malformed HTTP is 4xx, never 5xx, and the service keeps serving', a
   t.log(`malformed HTTP: ${outcomes.length} cases → ${tally(outcomes)}`);
 });
 
-// DEFECT (src/api/app.ts): these answers come from Fastify's default clientErrorHandler, e.g. 400
-// {"error":"Bad Request","message":"Client Error","statusCode":400} and 431 {"error":"Request
-// Header Fields Too Large",...,"statusCode":431}, not the catalog body openapi.yaml promises for
-// every error. Fix: pass Fastify a `clientErrorHandler` that writes the catalog body
-// (invalid_request) before closing the socket.
+// Node's HTTP parser refuses these before any route runs. Guards the `clientErrorHandler` in
+// src/api/app.ts: the answer (400, or 431 for oversized headers) carries the catalog body that
+// openapi.yaml promises for every error, not Fastify's default one.
 test.serial('malformed HTTP is answered with the catalog body', async (t) => {
   const outcomes: string[] = [];
   for (const [name, data] of MALFORMED_REQUESTS) {
@@ -734,13 +724,9 @@ test.serial(
   },
 );
 
-// DEFECT (src/api/messages.ts, GET /messages): limit and offset of "Infinity", "-Infinity" or a
-// number past the double range ("1e309") pass validation and reach the database, which refuses
-// them: 500 internal_error, logged as our fault. Ajv's coerceTypes turns "Infinity" into Infinity
-// (it checks `data == +data && !(data % 1)`, and Infinity % 1 is NaN) and its minimum/maximum
-// checks only run on finite numbers. Fix: refuse a non-finite limit or offset (Number.isSafeInteger)
-// with 400 invalid_query, e.g. a string `pattern: "^[0-9]{1,8}$"` before coercion or a check in the
-// handler.
+// Ajv's coerceTypes turns "Infinity" into Infinity, and its minimum/maximum checks only run on
+// finite numbers, so these pass the schema. Guards the safe-integer check in GET /messages: 400
+// invalid_query, never a query the database refuses (500, logged as our fault).
 const NON_FINITE_QUERIES = [
   'limit=Infinity',
   'limit=-Infinity',
@@ -808,11 +794,9 @@ test.serial('a body under a Content-Type it is not is 415, and compressed bodies
   t.log(`content-type lies and compressed bodies: ${outcomes.length} cases → ${tally(outcomes)}`);
 });
 
-// DEFECT (src/api/app.ts): Content-Encoding is ignored, not refused. A plain JSON body labelled
-// "content-encoding: gzip" (or deflate, br, anything) is parsed as if it had none and creates the
-// record, so a proxy that inspects bodies by their declared coding and the service can disagree
-// about what was sent. Fix: an onRequest/preParsing hook answering 415 unsupported_media_type to
-// any Content-Encoding other than identity (RFC 9110 8.4.1 allows 415 for this).
+// Parsing a body labelled compressed as if it were plain would let a proxy that reads bodies by
+// their declared coding and the service disagree about what was sent. Guards the onRequest hook in
+// src/api/app.ts: any Content-Encoding but identity is refused and nothing is created.
 test.serial('a plain body labelled with a Content-Encoding is refused, not parsed as plain', async (t) => {
   const before = await records();
   const outcomes: string[] = [];
@@ -832,9 +816,8 @@ test.serial('a plain body labelled with a Content-Encoding is refused, not parse
   t.log(`plain bodies labelled compressed: ${outcomes.join(', ')}`);
 });
 
-// DEFECT (openapi.yaml): POST /messages/{id}/retry answers 400 (malformed JSON body), 413 (body
-// over 1 MB) and 415 (a body that is not JSON) with the catalog body, but documents none of them.
-// Fix: add the BadRequest, TooLarge and UnsupportedMediaType responses to retryMessage.
+// Guards that openapi.yaml documents every refusal POST /messages/{id}/retry gives a bad body: 400
+// (malformed JSON), 413 (over 1 MB) and 415 (not JSON), each with the catalog body.
 test.serial('POST /messages/{id}/retry documents the refusals it gives a bad body', async (t) => {
   const path = `/messages/${messageId}/retry`;
   const json = { 'content-type': 'application/json' };
@@ -911,8 +894,8 @@ test.serial(
   },
 );
 
-// DEFECT: past 20 failures from one address every request from it was 429, the right key too, and
-// counted per worker. Now a wrong key is always 401 and the right key is never refused.
+// Guards that failed authentications never lock an address out: a wrong key is always 401, the
+// right key from the same address is never refused, and a forged origin header changes nothing.
 test.serial('many failed authentications from one address never lock out the right key', async (t) => {
   const outcomes: string[] = [];
   for (let i = 0; i < 14; i++) {

@@ -6,6 +6,7 @@ import net from 'node:net';
 import test, { type ExecutionContext } from 'ava';
 import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
 import { SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const MAX_CONNECTIONS = 500;
 const FLOOD = 1000;
@@ -98,15 +99,6 @@ function converse(
       resolve({ replies: repliesIn(text), closed: true });
     });
   });
-}
-
-/** Polls until `predicate` holds; throws after `timeoutMs`. */
-async function until(predicate: () => boolean | Promise<boolean>, timeoutMs: number, what: string) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await predicate())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 function rssMb(pid: number): number {
@@ -358,7 +350,9 @@ test.serial(
     t.is(accepted.length, MAX_CONNECTIONS);
     t.is(refused.length, FLOOD - MAX_CONNECTIONS);
     for (const s of refused) t.regex(s.greeting, /Too many connected clients/);
-    await until(() => refused.every((s) => s.dialog.closed), 10_000, 'the refused connections to close');
+    await waitUntil(() => refused.every((s) => s.dialog.closed), 'the refused connections to close', {
+      everyMs: 25,
+    });
 
     // while full: the API answers, a newcomer is told 421 at once, memory has not run away
     const health = await pipe.api.for(t).get<{ status: string }>('/health');
@@ -450,7 +444,7 @@ for (const [name, opening] of DRIPS) {
     t.regex(reply, /^421 4\.4\.2 Session time limit/);
     // well past the idle timeout (the drip kept it from firing), and not left to run on
     t.true(elapsed >= 1500 && elapsed < 8000, `cut after ${elapsed} ms`);
-    await until(() => dialog.closed, 5000, 'the connection to close');
+    await waitUntil(() => dialog.closed, 'the connection to close', { timeoutMs: 5000, everyMs: 25 });
     t.is(await messageCount(t, drip), before);
     t.log(`drip of ${name}: ${tally([reply])} after ${elapsed} ms`);
   });

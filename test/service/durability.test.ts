@@ -19,6 +19,7 @@ import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_sup
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { startService } from '../_support/service.ts';
 import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const MESSAGE = 'From: s@outside.example\r\nSubject: durable\r\n\r\nbody\r\n';
 
@@ -266,14 +267,19 @@ test.serial(
     const other = newId('m');
     service.actors.abandon(refused);
     await store.messages.insertMany([record(refused), record(other)]);
-    const deadline = Date.now() + 10_000;
-    while (Date.now() < deadline && (await store.messages.countDocuments({ _id: refused })) > 0)
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    await waitUntil(
+      async () => (await store.messages.countDocuments({ _id: refused })) === 0,
+      'the late record to be removed',
+      { everyMs: 100 },
+    );
     t.is(await store.messages.countDocuments({ _id: refused }), 0, 'the late record is removed');
     t.is(await store.leases.countDocuments({ _id: `${refused}:2` }), 0, 'and never claimed');
     // the same record not refused is the scheduler's: it is claimed (and, its raw bytes missing, dead-lettered)
-    while (Date.now() < deadline && (await store.leases.countDocuments({ _id: `${other}:2` })) === 0)
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    await waitUntil(
+      async () => (await store.leases.countDocuments({ _id: `${other}:2` })) > 0,
+      'the other record to be claimed',
+      { everyMs: 100 },
+    );
     t.is(await store.leases.countDocuments({ _id: `${other}:2` }), 1);
   },
 );

@@ -7,7 +7,7 @@ import test from 'ava';
 import { Binary, GridFSBucket, ObjectId } from 'mongodb';
 import type { MessageView } from '../../src/api/messages.ts';
 import { createLogger } from '../../src/log/logger.ts';
-import { insertRecords } from '../../src/store/history.ts';
+import { archiveAsOwner, insertRecords, restoreRecord } from '../../src/store/history.ts';
 import { Housekeeping } from '../../src/store/housekeeping.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
@@ -19,6 +19,7 @@ import { seedHistory } from '../../src/store/seed.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const DAY = 86_400_000;
 
@@ -80,12 +81,11 @@ test('a final message leaves the working set for its hour, and is still read by 
   const store = await openStore({ uri, ensureIndexes: false });
   t.teardown(() => store.close());
   // the working set forgets a final message (its removal follows the archiving at once)
-  const deadline = Date.now() + 10_000;
-  while (
-    Date.now() < deadline &&
-    (await store.messages.countDocuments({ _id: { $in: [delivered, dead] } })) > 0
-  )
-    await new Promise((resolve) => setTimeout(resolve, 100));
+  await waitUntil(
+    async () => (await store.messages.countDocuments({ _id: { $in: [delivered, dead] } })) === 0,
+    'the working set to forget both messages',
+    { everyMs: 100 },
+  );
   t.is(await store.messages.countDocuments({ _id: { $in: [delivered, dead] } }), 0);
   const historyHour = store.db.collection<MessageDoc>(partitionName('history', partitionOfId(delivered)));
   const dlqHour = store.db.collection<MessageDoc>(partitionName('dlq', partitionOfId(dead)));
@@ -311,5 +311,76 @@ test.serial(
     await api.store.messages.deleteOne({ _id: docs[11]!._id });
     t.true((await later.runOnce()).dropped.includes('raw.documents'));
     t.false((await collectionNames(api.store)).has('raw.documents'));
+  },
+);
+
+test.serial(
+  'listing partitions: many entry sets are merged, a replayed message is listed by its current state, a partition without entries is still listed and given them',
+  async (t) => {
+    const api: RunningApi = await startApi({ label: 'listing' });
+    t.teardown(() => api.close());
+    const client = api.client.for(t);
+    const hour = Date.parse('2026-05-04T10:00:00Z');
+    const docs = Array.from({ length: 30 }, (_, n) =>
+      record(idAt('m', hour + n * 1000, n), n % 5 === 0 ? 'dlq' : 'delivered'),
+    );
+    // one insert per record: as many entry sets as records, as a quiet hour's archive batches leave
+    for (const doc of docs) await insertRecords(api.store, [doc]);
+    const key = partitionOfId(docs[0]!._id);
+    const entrySets = api.store.db.collection(partitionName('history_list', key));
+    t.is(await entrySets.countDocuments(), 24);
+
+    const newestFirst = (list: MessageDoc[]) =>
+      list
+        .map((d) => d._id)
+        .sort()
+        .reverse();
+    const listed = async (query = '') =>
+      (await client.get<MessageView[]>(`/messages?limit=100${query}`)).body.map((m) => `${m.id} ${m.state}`);
+    const expected = (list: MessageDoc[]) =>
+      newestFirst(list).map((id) => `${id} ${list.find((d) => d._id === id)!.state}`);
+    t.deepEqual(await listed(), expected(docs));
+    // the listing that read 24 sets merged them (in the background): the same page from one set
+    const deadline = Date.now() + 10_000;
+    while ((await entrySets.countDocuments()) !== 1 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    t.is(await entrySets.countDocuments(), 1);
+    t.deepEqual(await listed(), expected(docs));
+
+    // a replay takes a dead letter out of its partition; it is delivered this time
+    const dead = docs[5]!;
+    const restored = await restoreRecord(api.store, dead, 'test-owner', 60_000);
+    t.truthy(restored);
+    // in the working set again (still dlq until its actor moves it): listed once, from there
+    t.deepEqual(await listed('&state=dlq'), expected(docs.filter((d) => d.state === 'dlq')));
+    const delivered: MessageDoc = { ...restored!, state: 'delivered', version: restored!.version + 1 };
+    delete delivered.due_at;
+    delete delivered.scheduled;
+    delete delivered.lease_owner;
+    await api.store.messages.replaceOne({ _id: dead._id }, delivered);
+    t.true(
+      await archiveAsOwner(
+        api.store,
+        { id: dead._id, epoch: delivered.lease_epoch, version: delivered.version },
+        delivered,
+      ),
+    );
+    const now = docs.map((d) => (d === dead ? { ...d, state: 'delivered' as const } : d));
+    t.deepEqual(await listed(), expected(now));
+    t.deepEqual(await listed('&state=dlq'), expected(now.filter((d) => d.state === 'dlq')));
+    t.deepEqual(await listed('&state=delivered'), expected(now.filter((d) => d.state === 'delivered')));
+
+    // as a database written before listing partitions existed: the records are listed all the same
+    await api.store.db.dropCollection(partitionName('history_list', key));
+    await api.store.db.dropCollection(partitionName('dlq_list', key));
+    await api.store.partitions.list({ fresh: true });
+    t.deepEqual(await listed(), expected(now));
+    const report = await defaultHousekeeping(api.store, hour + DAY).runOnce();
+    t.is(report.listed, 2);
+    const names = await collectionNames(api.store);
+    t.true(names.has(partitionName('history_list', key)) && names.has(partitionName('dlq_list', key)));
+    await api.store.partitions.list({ fresh: true });
+    t.deepEqual(await listed(), expected(now));
+    t.deepEqual(await listed('&state=dlq'), expected(now.filter((d) => d.state === 'dlq')));
   },
 );

@@ -6,6 +6,7 @@ import { ApiClient } from '../_support/http.ts';
 import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
 import { findPromtool, labelValues, promtoolCheck, sampleSum } from '../_support/prometheus.ts';
 import { SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const KEY = 'metrics-test-key-0123456789';
 const DOMAIN = 'metrics.example';
@@ -145,9 +146,7 @@ if (!promtool)
 
 test('logs: refusals at info with addresses and reply, refused keys at warn, one line per request, the configuration once', async (t) => {
   await api.get('/domains', { apiKey: 'wrong-key' });
-  const deadline = Date.now() + 10_000;
-  while (!pipe.service.output().includes('"auth.refused"') && Date.now() < deadline)
-    await new Promise((resolve) => setTimeout(resolve, 50));
+  await waitUntil(() => pipe.service.output().includes('"auth.refused"'), 'the refused key to be logged');
   const lines = pipe.service
     .output()
     .split('\n')

@@ -1,7 +1,7 @@
 // The configuration schema: precedence, units, validation, and README's table.
 import { readFileSync } from 'node:fs';
 import test from 'ava';
-import { configTableMarkdown, loadConfig } from '../../src/config/schema.ts';
+import { configTableMarkdown, loadConfig, SETTINGS } from '../../src/config/schema.ts';
 import { parseDuration, parseSize } from '../../src/config/units.ts';
 
 test('defaults match the documented ones', (t) => {
@@ -27,6 +27,16 @@ test('a flag wins over the environment, which wins over the default', (t) => {
   t.is(result.config.httpPort, 9100);
   t.is(result.config.smtpPort, 2600);
   t.is(result.config.apiKey, 'from-flag');
+});
+
+test('an empty environment variable is as good as unset: the default, for every setting', (t) => {
+  const env = Object.fromEntries(Object.values(SETTINGS).map((setting) => [setting.env, '']));
+  const empty = loadConfig([], env);
+  const unset = loadConfig([], {});
+  if (!empty.ok || !unset.ok) return t.fail(JSON.stringify([empty, unset]));
+  t.deepEqual(empty.config, unset.config);
+  // an empty SERVICE_API_KEY included: no key, no authentication (the warning says so)
+  t.is(empty.config.apiKey, '');
 });
 
 const durations: Array<[string, number | undefined]> = [
