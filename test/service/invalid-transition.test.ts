@@ -2,8 +2,8 @@
 // with the reason, once; it is never handed back to be retried every few seconds.
 import test from 'ava';
 import { newId } from '../../src/store/ids.ts';
-import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore } from '../../src/store/mongo.ts';
+import { workingSetDoc } from '../_support/documents.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 
 test('a message in a state the actor cannot drive goes to dlq with the reason, logged as lifecycle.invalid_transition', async (t) => {
@@ -14,26 +14,11 @@ test('a message in a state the actor cannot drive goes to dlq with the reason, l
   const store = await openStore({ uri, ensureIndexes: false });
   t.teardown(() => store.close());
   const id = newId('m');
-  const now = new Date();
-  const stuck: MessageDoc = {
-    _id: id,
-    message_id: '',
-    from: 's@outside.example',
-    to: ['a@invalid.example'],
-    subject: '',
-    received_at: now,
+  const stuck = workingSetDoc(id, 'a@invalid.example', {
     state: 'parsed',
-    envelope: { mail_from: 's@outside.example', rcpt_to: ['a@invalid.example'] },
-    domains: ['invalid.example'],
-    size: 10,
-    history: [],
-    attempts: [],
-    deliveries: [],
-    version: 1,
-    lease_epoch: 1,
-    due_at: new Date(now.getTime() - 1000),
+    due_at: new Date(Date.now() - 1000),
     scheduled: true,
-  };
+  });
   await store.messages.insertOne(stuck);
   const message = await waitForState(api, id, ['dlq']);
   t.regex(

@@ -1,0 +1,64 @@
+// The owner's fence on the working set, as the test database applies it: a write or a removal goes
+// in only at the owner's epoch and version; one retried after it went in is recognised as in; one
+// from an owner that lost the message changes nothing.
+import test from 'ava';
+import { applyOwnerWrites, moveToEpoch, removeAsOwners } from '../../src/store/fencing.ts';
+import { idAt } from '../../src/store/ids.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
+import { openTestDatabase } from '../_support/db.ts';
+import { workingSetDoc } from '../_support/documents.ts';
+
+function inFlight(n: number): MessageDoc {
+  const at = new Date();
+  return workingSetDoc(idAt('m', at.getTime(), n), 'u@fence.example', {
+    message_id: `<f${n}@sender.example>`,
+    subject: `fence ${n}`,
+    received_at: at,
+  });
+}
+
+test('owners write and remove only at their epoch and version, retries included', async (t) => {
+  const { store } = await openTestDatabase('fencing');
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  // enough messages in flight that a fence evaluated by reading the collection would be noticed
+  const docs = Array.from({ length: 40 }, (_, n) => inFlight(n));
+  await store.messages.insertMany(docs);
+  const [mine, takenOver, another] = docs.map((doc) => ({ id: doc._id, epoch: 1, version: 1 }));
+
+  const write = { $set: { state: 'routed' as const } };
+  t.deepEqual(
+    await applyOwnerWrites(store, [
+      { owner: mine!, update: write },
+      { owner: { ...takenOver!, epoch: 0 }, update: write },
+    ]),
+    [true, false],
+  );
+  t.like(await store.messages.findOne({ _id: mine!.id }), { state: 'routed', version: 2 });
+  t.like(await store.messages.findOne({ _id: takenOver!.id }), { state: 'queued', version: 1 });
+  // the same write tried again (its first answer lost): in, and not applied twice
+  t.deepEqual(await applyOwnerWrites(store, [{ owner: mine!, update: { $inc: { claims: 1 } } }]), [true]);
+  t.like(await store.messages.findOne({ _id: mine!.id }), { version: 2 });
+  t.is((await store.messages.findOne({ _id: mine!.id }))?.claims, undefined);
+
+  // another process claims one: the previous owner's writes and removal change nothing
+  const claimed = await moveToEpoch(store, takenOver!.id, 1, {
+    $set: { lease_epoch: 2 },
+    $inc: { version: 1 },
+  });
+  t.like(claimed, { lease_epoch: 2, version: 2 });
+  t.is(await moveToEpoch(store, takenOver!.id, 1, { $set: { lease_epoch: 3 } }), undefined);
+  t.deepEqual(await applyOwnerWrites(store, [{ owner: takenOver!, update: write }]), [false]);
+  t.deepEqual(await removeAsOwners(store, [takenOver!, { ...mine!, version: 2 }, another!]), [
+    false,
+    true,
+    true,
+  ]);
+  t.like(await store.messages.findOne({ _id: takenOver!.id }), { lease_epoch: 2, state: 'queued' });
+  t.is(await store.messages.findOne({ _id: mine!.id }), null);
+  // a removal tried again after it went in: in
+  t.deepEqual(await removeAsOwners(store, [{ ...mine!, version: 2 }]), [true]);
+  t.is(await store.messages.countDocuments(), docs.length - 2);
+});
