@@ -3,7 +3,6 @@
 // bytes, parse, POST), persists each decision as one fenced write (only while it still holds the
 // message's lease epoch and the version it last wrote), in order, and only then acts. When every delivery is final, or the rest wait for a retry, it releases the message;
 // the scheduler of any process picks it up again when it is due.
-import type { UpdateFilter } from 'mongodb';
 import type { AttachmentLinks } from '../deliver/attachment-url.ts';
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
 import { InvalidTransition } from '../lifecycle/lifecycle.ts';
@@ -13,12 +12,10 @@ import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries } from '../route/plan.ts';
-import { archiveAsOwner, isArchivable } from '../store/history.ts';
-import type { DeliveryDoc, MessageDoc, Ownership } from '../store/messages.ts';
-import { writeAsOwner } from '../store/messages.ts';
+import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
-import { applyChange, type Change, mergeChanges, releaseChange } from './change.ts';
+import { type Change, releaseChange } from './change.ts';
 import {
   decideAttempt,
   decideDefect,
@@ -30,6 +27,7 @@ import {
   decideStart,
   type RawBytes,
 } from './decisions.ts';
+import { OwnedMessage, OwnershipLost } from './owned-message.ts';
 
 export interface ActorDeps {
   store: Store;
@@ -56,27 +54,26 @@ export interface PayloadSettings {
   links: () => AttachmentLinks;
 }
 
-/** Thrown inside an actor when a fenced write no longer matches: another owner has the message. */
-class OwnershipLost extends Error {}
-
 export class MessageActor {
   readonly id: string;
-  private doc: MessageDoc;
-  private owner: Ownership;
+  private readonly message: OwnedMessage;
   private readonly deps: ActorDeps;
   private readonly log: Logger;
-  /** fenced writes go one at a time: each expects the version the previous one produced */
-  private writes: Promise<unknown> = Promise.resolve();
-  private lost = false;
-  /** taken in memory, written with the next write (see `defer`) */
-  private deferred: Change | undefined;
 
   constructor(deps: ActorDeps, doc: MessageDoc) {
     this.deps = deps;
-    this.doc = doc;
     this.id = doc._id;
-    this.owner = { id: doc._id, epoch: doc.lease_epoch, version: doc.version };
+    this.message = new OwnedMessage(deps.store, doc);
     this.log = deps.logger.child({ message: doc._id });
+  }
+
+  /** The message as this actor's writes have left it (and its deferred change, see `defer`). */
+  private get doc(): MessageDoc {
+    return this.message.doc;
+  }
+
+  private persist(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
+    return this.message.write(changeOrDecide);
   }
 
   /** Runs until the message is final, waits for a retry, or is lost to another owner. */
@@ -149,59 +146,6 @@ export class MessageActor {
     await this.persist(decideReplay(this.doc, new Date()));
   }
 
-  /**
-   * Queues one fenced write; a function is given the current document, so it decides in turn. A
-   * deferred change (see `defer`) goes in the same write, before this one.
-   */
-  private persist(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
-    const write = this.writes.then(async () => {
-      if (this.lost) throw new OwnershipLost();
-      const own = typeof changeOrDecide === 'function' ? changeOrDecide(this.doc) : changeOrDecide;
-      const change = this.deferred ? mergeChanges(this.deferred, own) : own;
-      const update: UpdateFilter<MessageDoc> = {};
-      if (change.set) update.$set = change.set;
-      if (change.unset) update.$unset = Object.fromEntries(change.unset.map((key) => [key, '']));
-      const push: Record<string, { $each: unknown[] }> = {};
-      if (change.history?.length) push.history = { $each: change.history };
-      if (change.attempts?.length) push.attempts = { $each: change.attempts };
-      if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
-      this.deferred = undefined;
-      const after = applyChange(this.doc, own);
-      if (isArchivable(after)) {
-        // final: the record moves to its history partition, and the working set forgets it
-        const version = this.owner.version + 1;
-        if (!(await archiveAsOwner(this.deps.store, this.owner, { ...after, version }))) {
-          this.lost = true;
-          throw new OwnershipLost();
-        }
-        this.owner = { ...this.owner, version };
-        this.doc = { ...after, version };
-        return;
-      }
-      const version = await writeAsOwner(this.deps.store, this.owner, update);
-      if (version === undefined) {
-        this.lost = true;
-        throw new OwnershipLost();
-      }
-      this.owner = { ...this.owner, version };
-      // from the document as it is now: a change deferred while this write was in flight stays
-      this.doc = { ...applyChange(this.doc, own), version };
-    });
-    this.writes = write.catch(() => {});
-    return write;
-  }
-
-  /**
-   * Takes a change in memory now and writes it with the next one. The routing decision waits for
-   * the first attempt's outcome this way: one write per delivered message instead of two. If the
-   * process dies in between, nothing of it was stored, and whoever takes the message over parses
-   * and routes it again; the webhook-id is the same, so the receiver can tell a repeated POST.
-   */
-  private defer(change: Change): void {
-    this.deferred = this.deferred ? mergeChanges(this.deferred, change) : change;
-    this.doc = applyChange(this.doc, change);
-  }
-
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
   private async parseAndRoute(raw: Uint8Array | undefined): Promise<Map<string, DeliveryBody> | undefined> {
     const plan = await planDeliveries(this.deps.directory, this.doc);
@@ -222,7 +166,7 @@ export class MessageActor {
     // a message taken over is written routed at once: if its owners keep dying mid-POST, it must
     // not look like one whose parsing kills them (the poison rule counts takeovers while queued)
     if (this.doc.claims) await this.persist(change);
-    else this.defer(change);
+    else this.message.defer(change);
     return new Map(output.bodies.map((body) => [body.deliveryId, body]));
   }
 
