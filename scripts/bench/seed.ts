@@ -1,6 +1,7 @@
 // A history of final messages written in bulk, as the service itself would have archived them
 // (records in their hourly partitions, compressed raw bytes beside them): for benchmarks that
 // measure the service with months of mail behind it, and for tests of retention and listings.
+import { accept, deliveryStep, messageStep, newDelivery, route } from '../../src/lifecycle/lifecycle.ts';
 import { insertRecords } from '../../src/store/history.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
@@ -28,8 +29,18 @@ function rawMessage(n: number, size: number): Buffer {
 
 function finalRecord(id: string, n: number, receivedAt: Date, dead: boolean, size: number): MessageDoc {
   const to = `user${n % 100}@history.example`;
-  const state = dead ? 'dlq' : 'delivered';
   const delivery = `${id}.r-0000000000000000000000`;
+  // the steps the service takes for a message with one route and one attempt
+  const accepted = accept(receivedAt);
+  const parsed = messageStep(accepted.state, 'parse_ok', receivedAt);
+  const routed = newDelivery(delivery, receivedAt);
+  const attempted = deliveryStep(
+    routed.state,
+    dead ? 'retries_exhausted' : 'attempt_ok',
+    delivery,
+    receivedAt,
+    dead ? 'HTTP 500' : 'HTTP 200',
+  );
   return {
     _id: id,
     message_id: `<seed-${n}@sender.example>`,
@@ -37,17 +48,11 @@ function finalRecord(id: string, n: number, receivedAt: Date, dead: boolean, siz
     to: [to],
     subject: `history ${n}`,
     received_at: receivedAt,
-    state,
+    state: route(parsed.state, [attempted.state]),
     envelope: { mail_from: 'seed@sender.example', rcpt_to: [to] },
     domains: ['history.example'],
     size,
-    history: [
-      { state: 'accepted', at: receivedAt },
-      { state: 'queued', at: receivedAt },
-      { state: 'parsed', at: receivedAt },
-      { state: 'routed', at: receivedAt, delivery },
-      { state, at: receivedAt, delivery, detail: dead ? 'HTTP 500' : 'HTTP 200' },
-    ],
+    history: [...accepted.history, parsed.entry, routed.entry, attempted.entry],
     attempts: [{ delivery, at: receivedAt, status_code: dead ? 500 : 200, duration_ms: 5 }],
     deliveries: [
       {
@@ -55,7 +60,7 @@ function finalRecord(id: string, n: number, receivedAt: Date, dead: boolean, siz
         route_id: 'r-0000000000000000000000',
         webhook_url: 'http://127.0.0.1:9/seeded',
         recipients: [to],
-        state,
+        state: attempted.state,
         attempts: 1,
       },
     ],

@@ -2,18 +2,17 @@
 // messages that are due (a retry whose time has come, or a lease that expired because its owner
 // died) through the unique-insert claim, renews the leases of running actors, and on shutdown
 // finishes or releases what it holds. Any number of processes and machines share the work this way.
+// Taking a message back for a replay is in replay.ts, the 451 clean-up in abandoned.ts.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
-import { restoreRecord } from '../store/history.ts';
 import { claimMessage, deleteExpiredLeases, findDue } from '../store/leases.ts';
 import type { MessageDoc } from '../store/messages.ts';
-import { rawExists } from '../store/raw.ts';
-import { getMessage } from '../store/reads.ts';
-import { removeAbandonedRecords } from '../store/working-set.ts';
+import { AbandonedAcceptances } from './abandoned.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
+import { type ReplayOutcome, takeForReplay } from './replay.ts';
 
 export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
   logger: Logger;
@@ -21,12 +20,9 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
   maxActors?: number;
 }
 
-export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
-
 const LEASE_CLEANUP_EVERY_MS = 60_000;
-/** how often, and how long, a refused acceptance's late writes are looked for and removed */
-const ABANDONED_RETRY_MS = 1000;
-const ABANDONED_WATCH_MS = 10 * 60_000;
+/** how often a refused acceptance's late writes are looked for and removed (abandoned.ts) */
+const ABANDONED_SWEEP_MS = 1000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
 const LEASE_KEEP_MS = 60 * 60_000;
 
@@ -39,8 +35,8 @@ export class ActorSystem {
   private readonly maxActors: number;
   private readonly pollMs: number;
   private timers: NodeJS.Timeout[] = [];
-  /** acceptances answered 451 whose record may still land: id -> when to stop looking */
-  private readonly abandoned = new Map<string, number>();
+  /** acceptances answered 451 whose record may still land */
+  private readonly abandoned = new AbandonedAcceptances();
   private polling = false;
   private stopping: Promise<void> | undefined;
 
@@ -68,30 +64,12 @@ export class ActorSystem {
       () => deleteExpiredLeases(this.options.store, new Date(Date.now() - LEASE_KEEP_MS)),
       LEASE_CLEANUP_EVERY_MS,
     );
-    schedule(() => this.removeAbandoned(), ABANDONED_RETRY_MS);
+    schedule(() => this.abandoned.sweep(this.options.store, this.deps.logger), ABANDONED_SWEEP_MS);
   }
 
-  /**
-   * The sender of this message was told 451 (storing failed or took too long), so it will send it
-   * again; but a stalled database may still apply the insert that was in flight. For a while this
-   * process removes such a record whenever it appears (its raw bytes are left: disk, not mail), and
-   * never claims the message itself.
-   */
+  /** This message was answered 451: its record, should it land after all, is removed (abandoned.ts). */
   abandon(id: string): void {
-    this.abandoned.set(id, Date.now() + ABANDONED_WATCH_MS);
-  }
-
-  private async removeAbandoned(): Promise<void> {
-    if (this.abandoned.size === 0) return;
-    const now = Date.now();
-    for (const [id, until] of this.abandoned) if (now > until) this.abandoned.delete(id);
-    const ids = [...this.abandoned.keys()];
-    const removed = await removeAbandonedRecords(this.options.store, ids);
-    if (removed > 0)
-      this.deps.logger.warn(
-        { event: EVENTS.smtpStoreFailed, removed },
-        'removed records of messages answered 451 that were stored after all',
-      );
+    this.abandoned.add(id);
   }
 
   /** Drives a message this process has just accepted (it owns epoch 1 from the insert). */
@@ -105,20 +83,13 @@ export class ActorSystem {
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
   async replay(id: string): Promise<ReplayOutcome> {
-    const doc = await getMessage(this.options.store, id);
-    if (!doc) return 'not_found';
-    if (doc.state !== 'dlq' && doc.state !== 'failed') return 'invalid_state';
-    if (this.running.has(id)) return 'invalid_state';
-    // a replay parses the message again: not possible once raw retention has removed its bytes
-    if (!(await rawExists(this.options.store, doc))) return 'raw_expired';
-    const inFlight = (await this.options.store.messages.countDocuments({ _id: id }, { limit: 1 })) === 1;
-    // a final message comes back from its history partition into the working set, owned by us
-    const claimed = inFlight
-      ? await claimMessage(this.options.store, id, doc.lease_epoch, this.owner, this.options.leaseMs)
-      : await restoreRecord(this.options.store, doc, this.owner, this.options.leaseMs);
-    // someone else took it in between: it is being worked on, so not replayable now
-    if (!claimed || (claimed.state !== 'dlq' && claimed.state !== 'failed')) return 'invalid_state';
-    const actor = new MessageActor(this.deps, claimed);
+    const taken = await takeForReplay(this.options.store, id, {
+      name: this.owner,
+      leaseMs: this.options.leaseMs,
+      drives: (other) => this.running.has(other),
+    });
+    if (taken.outcome !== 'ok') return taken.outcome;
+    const actor = new MessageActor(this.deps, taken.doc);
     await actor.replay();
     this.track(actor, actor.run());
     return 'ok';

@@ -11,7 +11,7 @@ import Fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
-import type { ReplayOutcome } from '../actor/system.ts';
+import type { ReplayOutcome } from '../actor/replay.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { EVENTS } from '../log/events.ts';

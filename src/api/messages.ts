@@ -1,9 +1,9 @@
 // /messages: read-only records of accepted mail with their lifecycle, newest first; replay of
 // dead-lettered messages; the stored original.
 import type { FastifyPluginAsync } from 'fastify';
-import { STATES } from '../actor/machine.ts';
-import type { ReplayOutcome } from '../actor/system.ts';
+import type { ReplayOutcome } from '../actor/replay.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import { isId } from '../store/ids.ts';
 import type { MessageSummary } from '../store/listing.ts';
@@ -14,9 +14,11 @@ import { getMessage, listMessages, type MessageQuery } from '../store/reads.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
+// "retry" in the API's paths is an operator's replay (a new round of attempts); inside, a retry is
+// only the automatic one after a failed attempt, so the names here say replay.
 /** most messages one POST /messages/retry replays */
-export const MAX_BULK_RETRY = 1000;
-const BULK_RETRY_CONCURRENCY = 8;
+export const MAX_BULK_REPLAY = 1000;
+const BULK_REPLAY_CONCURRENCY = 8;
 const DOMAIN_FILTER = {
   type: 'string',
   minLength: 1,
@@ -24,7 +26,7 @@ const DOMAIN_FILTER = {
   pattern: '^[^\\u0000-\\u001f\\u007f]*$',
 };
 
-interface BulkRetryBody {
+interface BulkReplayBody {
   state?: 'dlq' | 'failed';
   domain?: string;
   limit?: number;
@@ -110,7 +112,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
           properties: {
             limit: decimal(1, MAX_LIMIT, 50),
             offset: decimal(0, MAX_OFFSET, 0),
-            state: { type: 'string', enum: [...STATES] },
+            state: { type: 'string', enum: [...MESSAGE_STATES] },
             domain: { ...DOMAIN_FILTER },
             before: { type: 'string', minLength: 1, maxLength: 64 },
           },
@@ -163,7 +165,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
   // bulk replay: the messages the listing would show for the filter (newest first, at most
   // `limit`), each replayed as POST /messages/{id}/retry would; those that moved on meanwhile are
   // skipped. Replayed messages leave the filter's state, so calling again takes the next ones.
-  app.post<{ Body: BulkRetryBody }>(
+  app.post<{ Body: BulkReplayBody }>(
     '/messages/retry',
     {
       // no body at all means the defaults
@@ -177,7 +179,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
           properties: {
             state: { type: 'string', enum: ['dlq', 'failed'], default: 'dlq' },
             domain: { ...DOMAIN_FILTER },
-            limit: { type: 'integer', minimum: 1, maximum: MAX_BULK_RETRY, default: 100 },
+            limit: { type: 'integer', minimum: 1, maximum: MAX_BULK_REPLAY, default: 100 },
           },
         },
       },
@@ -189,9 +191,9 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
       if (domain) query.domain = domain.toLowerCase();
       const found = await listMessages(store, query);
       let requeued = 0;
-      for (let i = 0; i < found.length; i += BULK_RETRY_CONCURRENCY) {
+      for (let i = 0; i < found.length; i += BULK_REPLAY_CONCURRENCY) {
         const outcomes = await Promise.all(
-          found.slice(i, i + BULK_RETRY_CONCURRENCY).map((doc) => replay(doc._id)),
+          found.slice(i, i + BULK_REPLAY_CONCURRENCY).map((doc) => replay(doc._id)),
         );
         requeued += outcomes.filter((outcome) => outcome === 'ok').length;
       }

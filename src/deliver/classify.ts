@@ -1,13 +1,17 @@
 // Turns one webhook attempt's result (an HTTP status, or whatever the transport threw) into an
-// AttemptOutcome. Retry policy lives here: today every failure is retryable, but the field stays so
-// a future rule (e.g. 410 Gone means stop) has one place to go.
+// AttemptOutcome. What follows a failure is decided elsewhere (src/actor/retry-policy.ts): every
+// failure is retried but `misconfigured`, a destination that no retry can reach.
 // Errors are recognised by `code`/`name`, never by class: undici, node:net, node:tls and
 // DOMException all cross realm and version boundaries where instanceof is unreliable.
 
 export type AttemptOutcome =
   | { ok: true; statusCode: number }
-  | { ok: false; reason: 'http_status'; statusCode: number; retryable: true }
-  | { ok: false; reason: 'timeout' | 'connection'; error: string; retryable: true };
+  | { ok: false; reason: 'http_status'; statusCode: number }
+  /** misconfigured: the webhook_url cannot be posted to (not a URL, not http(s), a refused private address) */
+  | { ok: false; reason: 'timeout' | 'connection' | 'misconfigured'; error: string };
+
+/** The code of the socket lookup's refusal of a private destination (destination-guard.ts). */
+export const DESTINATION_DENIED_CODE = 'EDESTINATIONDENIED';
 
 /** Codes meaning "a deadline passed", from undici's timers and the OS connect timeout. */
 const TIMEOUT_CODES: readonly string[] = Object.freeze([
@@ -38,14 +42,25 @@ export function classifyStatus(statusCode: number): AttemptOutcome {
   if (statusCode >= 200 && statusCode <= 299) {
     return { ok: true, statusCode };
   }
-  return { ok: false, reason: 'http_status', statusCode, retryable: true };
+  return { ok: false, reason: 'http_status', statusCode };
 }
 
-/** A thrown transport error: `timeout` if any error in its chain is a deadline, else `connection`. */
+/**
+ * A thrown transport error: `misconfigured` if the destination was refused as private, else
+ * `timeout` if any error in its chain is a deadline, else `connection`.
+ */
 export function classifyError(err: unknown): AttemptOutcome {
   const chain = flatten(err);
-  const reason = chain.some(isTimeout) ? 'timeout' : 'connection';
-  return { ok: false, reason, error: describe(chain), retryable: true };
+  const reason = chain.some(isDeniedDestination)
+    ? 'misconfigured'
+    : chain.some(isTimeout)
+      ? 'timeout'
+      : 'connection';
+  return { ok: false, reason, error: describe(chain) };
+}
+
+function isDeniedDestination(err: unknown): boolean {
+  return fieldsOf(err).code === DESTINATION_DENIED_CODE;
 }
 
 interface ErrorFields {

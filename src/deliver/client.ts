@@ -88,17 +88,17 @@ export class WebhookClient {
     try {
       target = new URL(url);
     } catch {
-      return done(refused('invalid url'));
+      return done(misconfigured('invalid url'));
     }
     if (!SUPPORTED_PROTOCOLS.includes(target.protocol)) {
-      return done(refused('unsupported protocol'));
+      return done(misconfigured('unsupported protocol'));
     }
     if (this.#closing !== undefined) {
-      return done(refused('client closed'));
+      return done({ ok: false, reason: 'connection', error: 'client closed' });
     }
     // an IP literal is connected to without a lookup, so it is checked here
     if (this.#denyPrivate && isDeniedAddress(target.hostname.replace(/^\[|\]$/g, ''))) {
-      return done(refused(DENIED_MESSAGE));
+      return done(misconfigured(DENIED_MESSAGE));
     }
 
     const deadline = new AbortController();
@@ -138,8 +138,9 @@ export class WebhookClient {
   }
 }
 
-function refused(error: string): AttemptOutcome {
-  return { ok: false, reason: 'connection', error, retryable: true };
+/** A destination no retry can reach: the route's webhook_url has to change. */
+function misconfigured(error: string): AttemptOutcome {
+  return { ok: false, reason: 'misconfigured', error };
 }
 
 /**

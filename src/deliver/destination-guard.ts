@@ -4,6 +4,7 @@
 // cannot slip past a check made earlier.
 import dns from 'node:dns';
 import net from 'node:net';
+import { DESTINATION_DENIED_CODE } from './classify.ts';
 
 const DENIED = new net.BlockList();
 for (const [prefix, bits] of [
@@ -59,7 +60,7 @@ export function guardedLookup(hostname: string, options: dns.LookupOptions, call
     const list = addresses as dns.LookupAddress[];
     if (list.some((entry) => isDeniedAddress(entry.address))) {
       const denied: NodeJS.ErrnoException = new Error(DENIED_MESSAGE);
-      denied.code = 'EDESTINATIONDENIED';
+      denied.code = DESTINATION_DENIED_CODE;
       return callback(denied, []);
     }
     if (options.all) return callback(null, list);

@@ -6,7 +6,6 @@ export const EVENTS = Object.freeze({
   serviceStopped: 'service.stopped',
   /** shutdown is waiting: what for (workers, SMTP sessions, deliveries in flight) */
   serviceWaiting: 'service.waiting',
-  configInvalid: 'config.invalid',
   authDisabled: 'auth.disabled',
   authRefused: 'auth.refused',
   configEffective: 'config.effective',
@@ -15,13 +14,13 @@ export const EVENTS = Object.freeze({
   databaseUnavailable: 'database.unavailable',
   databaseReconnected: 'database.reconnected',
   workerExited: 'worker.exited',
-  workerStarted: 'worker.started',
   serverListening: 'server.listening',
   routingChangeUnacknowledged: 'routing.change_unacknowledged',
   smtpAccepted: 'smtp.accepted',
   smtpRejected: 'smtp.rejected',
   smtpStoreFailed: 'smtp.store_failed',
-  messageTransition: 'message.transition',
+  /** a transition the lifecycle tables do not allow: a programming error; the message goes to dlq */
+  lifecycleInvalidTransition: 'lifecycle.invalid_transition',
   deliverySucceeded: 'delivery.succeeded',
   deliveryFailed: 'delivery.failed',
   deliveryDeadLettered: 'delivery.dlq',

@@ -4,7 +4,7 @@
 // console and several Prometheus servers together cost at most one round of queries per process
 // that often.
 import { Gauge, Registry } from 'prom-client';
-import { STATES } from '../actor/machine.ts';
+import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { countMessages, type MessageCounts } from '../store/counts.ts';
 import type { Store } from '../store/mongo.ts';
 
@@ -31,7 +31,7 @@ export function storeGauges(store: Store, cacheMs = CACHE_MS): Registry {
     registers: [registry],
     async collect() {
       const now = await counts();
-      for (const state of STATES) this.set({ state }, now.workingSet[state]);
+      for (const state of MESSAGE_STATES) this.set({ state }, now.workingSet[state]);
     },
   });
   new Gauge({

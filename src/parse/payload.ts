@@ -18,8 +18,8 @@ export interface Envelope {
   rcpt_to: string[];
 }
 export interface DeliverySpec {
-  /** the delivery id, sent as webhook-id */
-  key: string;
+  /** the delivery's id, sent as webhook-id */
+  deliveryId: string;
   to: string[];
   plusTag?: string;
   /** the route's webhook_secret: the body is signed with it here, off the event loop */
@@ -48,7 +48,7 @@ export interface AttachmentPolicy extends AttachmentLinks {
   bodyMax: number;
 }
 export interface DeliveryBody {
-  key: string;
+  deliveryId: string;
   body: Uint8Array;
   /** content-type, webhook-id, webhook-timestamp and, with a secret, both signatures */
   headers: Record<string, string>;
@@ -177,17 +177,17 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
-  const bodies = input.deliveries.map(({ key, to, plusTag, secret }): DeliveryBody => {
+  const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret }): DeliveryBody => {
     const toJson = encoder.encode(json([...to]));
     const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
     const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, authJson, plusTagJson, tail]);
     const headers = deliveryHeaders({
-      webhookId: key,
+      deliveryId,
       timestampSeconds,
       body,
       ...(secret ? { secret } : {}),
     });
-    return { key, body, headers };
+    return { deliveryId, body, headers };
   });
 
   return { ok: true, summary, bodies, defects: [...defects], ...(auth ? { auth } : {}) };

@@ -72,8 +72,8 @@ export function standardWebhookKey(secret: string): Buffer {
 
 /** Inputs to {@link deliveryHeaders}. */
 export interface DeliveryHeadersInput {
-  /** Stable per message across retries, so receivers can deduplicate. */
-  webhookId: string;
+  /** The delivery's id, sent as webhook-id: stable across retries, so receivers can deduplicate. */
+  deliveryId: string;
   /** Unix time of this attempt, whole seconds. */
   timestampSeconds: number;
   /** Endpoint signing secret; absent or empty means the endpoint is unsigned. */
@@ -89,18 +89,18 @@ export interface DeliveryHeadersInput {
  * @throws as {@link standardWebhookSignature} does; the timestamp is checked even when unsigned.
  */
 export function deliveryHeaders(input: DeliveryHeadersInput): Record<string, string> {
-  const { webhookId, timestampSeconds, secret, body } = input;
+  const { deliveryId, timestampSeconds, secret, body } = input;
   assertTimestamp(timestampSeconds);
   const headers: Record<string, string> = {
     [DELIVERY_HEADER.contentType]: 'application/json',
-    [DELIVERY_HEADER.webhookId]: webhookId,
+    [DELIVERY_HEADER.webhookId]: deliveryId,
     [DELIVERY_HEADER.webhookTimestamp]: String(timestampSeconds),
   };
   if (typeof secret === 'string' && secret.length > 0) {
     headers[DELIVERY_HEADER.serviceSignature] = serviceSignature(secret, body);
     headers[DELIVERY_HEADER.webhookSignature] = standardWebhookSignature(
       secret,
-      webhookId,
+      deliveryId,
       timestampSeconds,
       body,
     );

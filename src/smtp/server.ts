@@ -12,13 +12,14 @@ import {
 import type { ActorSystem } from '../actor/system.ts';
 import type { Config } from '../config/schema.ts';
 import { type ErrorCode, ServiceError, smtpError } from '../errors/catalog.ts';
+import { accept } from '../lifecycle/lifecycle.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics, type SmtpReason } from '../metrics/metrics.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { newId } from '../store/ids.ts';
-import type { MessageDoc, StoredAuth } from '../store/messages.ts';
+import type { AcceptedMessage, StoredAuth } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { openRawUpload, type RawUpload } from '../store/raw.ts';
 import { insertAcceptedMessage } from '../store/working-set.ts';
@@ -117,29 +118,24 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     whole: Buffer,
     session: SMTPServerSession,
     auth: StoredAuth | undefined,
-  ): Promise<MessageDoc> {
+  ): Promise<AcceptedMessage> {
     await upload.finish(whole);
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
-    const doc: MessageDoc = {
+    const doc: AcceptedMessage = {
       _id: id,
       message_id: '',
       from: mailFrom,
       to: rcptTo,
       subject: '',
       received_at: receivedAt,
-      state: 'queued',
       envelope: { mail_from: mailFrom, rcpt_to: rcptTo },
       domains: [...new Set(rcptTo.map(domainOf))],
       size: whole.length,
       client: clientOf(session),
       ...(auth ? { auth } : {}),
-      // stored, then placed in this process's queue: both states hold once the insert is durable
-      history: [
-        { state: 'accepted', at: receivedAt, detail: `from ${session.remoteAddress}` },
-        { state: 'queued', at: receivedAt },
-      ],
+      ...accept(receivedAt, `from ${session.remoteAddress}`),
       attempts: [],
       deliveries: [],
       version: 1,

@@ -5,21 +5,24 @@
 //   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
 // Delivered records are history, not a figure of "now": their rate is a counter's job
 // (mailroute_webhook_attempts_total), and counting every history partition would grow without bound.
-import { type MessageState, STATES } from '../actor/machine.ts';
+import { MESSAGE_STATES, type MessageStateName } from '../lifecycle/tables.ts';
 import type { Store } from './mongo.ts';
 
 export interface MessageCounts {
   /** documents of the working set by state (every state present, 0 when none) */
-  workingSet: Readonly<Record<MessageState, number>>;
+  workingSet: Readonly<Record<MessageStateName, number>>;
   /** messages in the dead letter queue */
   dlq: number;
 }
 
 export async function countMessages(store: Store): Promise<MessageCounts> {
-  const workingSet = Object.fromEntries(STATES.map((state) => [state, 0])) as Record<MessageState, number>;
+  const workingSet = Object.fromEntries(MESSAGE_STATES.map((state) => [state, 0])) as Record<
+    MessageStateName,
+    number
+  >;
   const [groups, partitions] = await Promise.all([
     store.messages
-      .aggregate<{ _id: MessageState; n: number }>([{ $group: { _id: '$state', n: { $sum: 1 } } }])
+      .aggregate<{ _id: MessageStateName; n: number }>([{ $group: { _id: '$state', n: { $sum: 1 } } }])
       .toArray(),
     store.partitions.list(),
   ]);

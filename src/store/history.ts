@@ -2,7 +2,7 @@
 // (`messages`) for the history partition of its acceptance hour (`history_<YYYYMMDDHH>` for
 // delivered, `dlq_<YYYYMMDDHH>` for dead-lettered; see partitions.ts). The hot path then only ever
 // touches the messages in flight, however much history is kept, and retention drops whole hours.
-import { isFinal } from '../actor/machine.ts';
+import { isFinal } from '../lifecycle/lifecycle.ts';
 import { DURABLE, insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey, isId } from './ids.ts';

@@ -3,7 +3,11 @@
 // working-set.ts writes it, leases.ts claims it, a final message moves to its history partition
 // (history.ts); the raw bytes are in raw.ts.
 import type { ObjectId } from 'mongodb';
-import type { MessageState } from '../actor/machine.ts';
+import type {
+  HistoryEntry as MadeHistoryEntry,
+  MessageState as MadeMessageState,
+} from '../lifecycle/lifecycle.ts';
+import type { DeliveryStateName, MessageStateName } from '../lifecycle/tables.ts';
 
 export interface SenderAuth {
   spf: { result: string; domain: string };
@@ -19,8 +23,9 @@ export interface StoredAuth {
   header: string;
 }
 
+/** As stored and read; written only as made by src/lifecycle/ (see AcceptedMessage, and the actor's Change). */
 export interface HistoryEntry {
-  state: MessageState;
+  state: MessageStateName | DeliveryStateName;
   at: Date;
   detail?: string;
   /** the delivery (webhook-id) this entry belongs to, when it is about one */
@@ -42,7 +47,7 @@ export interface DeliveryDoc {
   webhook_url: string;
   recipients: string[];
   plus_tag?: string;
-  state: MessageState;
+  state: DeliveryStateName;
   /** attempts made in the current round (a replay starts a new round) */
   attempts: number;
   next_attempt_at?: Date;
@@ -55,7 +60,7 @@ export interface MessageDoc {
   to: string[];
   subject: string;
   received_at: Date;
-  state: MessageState;
+  state: MessageStateName;
   envelope: { mail_from: string; rcpt_to: string[] };
   /** recipient domains, for filtering */
   domains: string[];
@@ -89,6 +94,9 @@ export interface MessageDoc {
   /** how many times an operator replayed it */
   replays?: number;
 }
+
+/** A message as accepted: its state and history are the lifecycle's `accept()`. */
+export type AcceptedMessage = MessageDoc & { state: MadeMessageState; history: MadeHistoryEntry[] };
 
 /** Who holds a message and at which version: every write by the owner is fenced by it. */
 export interface Ownership {

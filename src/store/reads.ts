@@ -4,7 +4,7 @@
 // (listing.ts) hour by hour from the newest (ids carry their time), only until the page is full:
 // a page costs the packed summaries of the hours it spans, never the whole history.
 import type { Filter } from 'mongodb';
-import type { MessageState } from '../actor/machine.ts';
+import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
 import { listingKind, type MessageSummary, readEntries, SUMMARY_FIELDS } from './listing.ts';
@@ -24,7 +24,7 @@ export async function getMessage(store: Store, id: string): Promise<MessageDoc |
 export interface MessageQuery {
   limit: number;
   offset: number;
-  state?: MessageState;
+  state?: MessageStateName;
   /** a recipient domain (lower case) */
   domain?: string;
   /** keyset cursor: only messages older than this id (the last id of the previous page) */
@@ -32,7 +32,7 @@ export interface MessageQuery {
 }
 
 /** Which kinds of partition can hold records in a state (the in-flight states: none). */
-function kindsFor(state: MessageState | undefined): RecordKind[] {
+function kindsFor(state: MessageStateName | undefined): RecordKind[] {
   if (state === undefined) return ['history', 'dlq'];
   if (state === 'delivered') return ['history'];
   if (state === 'dlq') return ['dlq'];

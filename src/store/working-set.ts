@@ -4,7 +4,7 @@
 import type { UpdateFilter } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey } from './ids.ts';
-import type { MessageDoc, Ownership } from './messages.ts';
+import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 
 /**
@@ -12,7 +12,7 @@ import type { Store } from './mongo.ts';
  * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
  * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
  */
-export async function insertAcceptedMessage(store: Store, doc: MessageDoc): Promise<void> {
+export async function insertAcceptedMessage(store: Store, doc: AcceptedMessage): Promise<void> {
   await retryTransient(
     async () => {
       try {

@@ -1,7 +1,7 @@
 // The fault drills' load generator and ledger: what the senders were told, what the receiver got,
 // what the database holds, and the five invariants checked across the three.
 import { randomBytes } from 'node:crypto';
-import type { MessageState } from '../../src/actor/machine.ts';
+import type { MessageStateName as MessageState } from '../../src/lifecycle/tables.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { partitionName, partitionOfId } from '../../src/store/partitions.ts';

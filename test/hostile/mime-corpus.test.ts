@@ -93,8 +93,8 @@ const MAX_DEFECT_CHARS = 1024;
 const RECEIVED_AT = '2024-05-14T09:12:04.000Z';
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
 const DELIVERIES = Object.freeze([
-  { key: 'bomb-plain', to: ['inbox@bombs.example'] },
-  { key: 'bomb-signed', to: ['other+tag@bombs.example'], plusTag: 'tag', secret: SECRET },
+  { deliveryId: 'bomb-plain', to: ['inbox@bombs.example'] },
+  { deliveryId: 'bomb-signed', to: ['other+tag@bombs.example'], plusTag: 'tag', secret: SECRET },
 ] as const);
 
 function inputFor(raw: Uint8Array): ParseInput {
@@ -177,12 +177,12 @@ for (const bomb of BOMBS) {
         return;
       }
       t.deepEqual(
-        result.bodies.map((body) => body.key),
-        DELIVERIES.map((delivery) => delivery.key),
+        result.bodies.map((body) => body.deliveryId),
+        DELIVERIES.map((delivery) => delivery.deliveryId),
       );
       for (const [i, delivery] of DELIVERIES.entries()) {
         const plusTag = 'plusTag' in delivery ? delivery.plusTag : undefined;
-        t.is(payloadProblem(result.bodies[i]!.body, delivery.to, plusTag), null, delivery.key);
+        t.is(payloadProblem(result.bodies[i]!.body, delivery.to, plusTag), null, delivery.deliveryId);
       }
       t.truthy(result.bodies[1]!.headers['webhook-signature'], 'the signed delivery carries a signature');
       t.true(result.defects.length <= MAX_DEFECTS, `${result.defects.length} defect notes`);

@@ -259,8 +259,8 @@ function depthOf(part: MimeNode): number {
 // --- the property -------------------------------------------------------------------------------
 
 const DELIVERIES = Object.freeze([
-  { key: 'prop-1', to: ['inbox@property.example'] },
-  { key: 'prop-2', to: ['inbox+x@property.example'], plusTag: 'x' },
+  { deliveryId: 'prop-1', to: ['inbox@property.example'] },
+  { deliveryId: 'prop-2', to: ['inbox+x@property.example'], plusTag: 'x' },
 ] as const);
 
 /** Why one parse broke the contract, or null. */
@@ -273,7 +273,7 @@ function contractProblem(output: ParseOutput, elapsedMs: number): string | null 
   for (const [i, delivery] of DELIVERIES.entries()) {
     const plusTag = 'plusTag' in delivery ? delivery.plusTag : undefined;
     const problem = payloadProblem(output.bodies[i]!.body, delivery.to, plusTag);
-    if (problem !== null) return `${delivery.key}: ${problem}`;
+    if (problem !== null) return `${delivery.deliveryId}: ${problem}`;
   }
   if (output.defects.length > MAX_DEFECTS) return `${output.defects.length} defect notes`;
   const long = output.defects.find((note) => note.length > MAX_DEFECT_CHARS);

@@ -2,9 +2,9 @@
 
 import test from 'ava';
 import { ObjectId } from 'mongodb';
-import type { MessageState } from '../../src/actor/machine.ts';
 import type { ErrorBody } from '../../src/api/error-handler.ts';
 import type { MessageView as Message } from '../../src/api/messages.ts';
+import type { MessageStateName as MessageState } from '../../src/lifecycle/tables.ts';
 import { newId } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';

@@ -127,7 +127,7 @@ test('replay: a message in dlq is retried on request and delivered; other states
   t.is(missing.status, 404);
 });
 
-test('WEBHOOK_DENY_PRIVATE=true: a route to a loopback receiver is never reached and ends in dlq', async (t) => {
+test('WEBHOOK_DENY_PRIVATE=true: a route to a loopback receiver is never reached and ends in dlq at once', async (t) => {
   const { service, api, receiver } = await startPipeline(t, {
     label: 'deny',
     env: { WEBHOOK_DENY_PRIVATE: 'true' },
@@ -141,4 +141,7 @@ test('WEBHOOK_DENY_PRIVATE=true: a route to a loopback receiver is never reached
   const message = await waitForState(api, acceptedId(sent), ['dlq']);
   t.is(receiver.requests.length, 0);
   t.regex(message.attempts[0]!.error ?? '', /private or loopback/);
+  // a configuration error: one attempt, not one per retry delay
+  t.is(message.attempts.length, 1);
+  t.regex(message.history.at(-1)!.detail ?? '', /^invalid_webhook_destination: .*private or loopback/);
 });

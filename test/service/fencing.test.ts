@@ -6,26 +6,15 @@ import { applyOwnerWrites, moveToEpoch, removeAsOwners } from '../../src/store/f
 import { idAt } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openTestDatabase } from '../_support/db.ts';
+import { workingSetDoc } from '../_support/documents.ts';
 
 function inFlight(n: number): MessageDoc {
   const at = new Date();
-  return {
-    _id: idAt('m', at.getTime(), n),
+  return workingSetDoc(idAt('m', at.getTime(), n), 'u@fence.example', {
     message_id: `<f${n}@sender.example>`,
-    from: 's@sender.example',
-    to: ['u@fence.example'],
     subject: `fence ${n}`,
     received_at: at,
-    state: 'queued',
-    envelope: { mail_from: 's@sender.example', rcpt_to: ['u@fence.example'] },
-    domains: ['fence.example'],
-    size: 10,
-    history: [],
-    attempts: [],
-    deliveries: [],
-    version: 1,
-    lease_epoch: 1,
-  };
+  });
 }
 
 test('owners write and remove only at their epoch and version, retries included', async (t) => {

@@ -57,6 +57,8 @@ test('with denyPrivate a loopback receiver is refused, by IP literal and by name
   ]) {
     const { outcome } = await guarded.post(url, body, { 'content-type': 'application/json' });
     t.false(outcome.ok, url);
+    // a configuration error, not a connection failure: no retry would reach it
+    t.like(outcome, { reason: 'misconfigured' }, url);
     if (!outcome.ok && outcome.reason !== 'http_status') t.regex(outcome.error, /private or loopback/, url);
   }
   t.is(requests(), 0);

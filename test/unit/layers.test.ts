@@ -28,19 +28,6 @@ const LAYERS: readonly (readonly string[])[] = [
   ['src/config/', 'src/log/', 'src/errors/', 'src/util/'],
 ];
 
-/**
- * KNOWN EXCEPTIONS, to be removed: the message lifecycle table is still in src/actor/machine.ts,
- * which the store and the metrics read (its states). It moves to src/lifecycle/ (issue 12); then
- * these imports point down and this list is empty. An entry that no longer matches fails the test.
- */
-const KNOWN_UPWARD = new Set([
-  'src/metrics/store-gauges.ts -> src/actor/machine.ts',
-  'src/store/counts.ts -> src/actor/machine.ts',
-  'src/store/history.ts -> src/actor/machine.ts',
-  'src/store/messages.ts -> src/actor/machine.ts',
-  'src/store/reads.ts -> src/actor/machine.ts',
-]);
-
 const SCANNED = ['src', 'workers', 'scripts'];
 
 function sourceFiles(dir: string): string[] {
@@ -173,13 +160,5 @@ test('no import from a lower layer to a higher one (src/ never into workers/ or 
       const to = layerOf(target);
       if (to >= 0 && to < layerOf(file)) upward.push(`${file} -> ${target}`);
     }
-  t.deepEqual(
-    upward.filter((edge) => !KNOWN_UPWARD.has(edge)),
-    [],
-  );
-  t.deepEqual(
-    [...KNOWN_UPWARD].filter((edge) => !upward.includes(edge)),
-    [],
-    'a known exception that no longer occurs: remove it from KNOWN_UPWARD',
-  );
+  t.deepEqual(upward, []);
 });

@@ -15,7 +15,7 @@ function input(raw: Uint8Array): ParseInput {
     raw,
     envelope: { mail_from: 'bounce@relay.example', rcpt_to: ['support@example.net'] },
     receivedAt: '2024-05-14T09:12:04.000Z',
-    deliveries: [{ key: 'route-1', to: ['support@example.net'], plusTag: 'floor3' }],
+    deliveries: [{ deliveryId: 'route-1', to: ['support@example.net'], plusTag: 'floor3' }],
   };
 }
 
@@ -39,7 +39,7 @@ test('a one-thread pool parses a fixture', async (t) => {
     from: 'alice@sender.example',
     subject: 'Printer on floor 3 is jammed',
   });
-  t.is(output.bodies[0]!.key, 'route-1');
+  t.is(output.bodies[0]!.deliveryId, 'route-1');
   t.true(output.bodies[0]!.body instanceof Uint8Array);
   t.is(subjectOf(output), 'Printer on floor 3 is jammed');
 });

@@ -13,7 +13,7 @@ const ENVELOPE = Object.freeze({
 } as const);
 const RECEIVED_AT = '2024-05-14T09:12:04.000Z';
 const ONE_DELIVERY: readonly DeliverySpec[] = Object.freeze([
-  { key: 'route-1', to: ['support@example.net'] },
+  { deliveryId: 'route-1', to: ['support@example.net'] },
 ]);
 
 type Payload = Record<string, unknown> & {
@@ -326,7 +326,7 @@ for (const row of FIXTURE_ROWS) {
   test(`${row.file}: every payload field`, async (t) => {
     const output = okOutput(await parseMessage(input(fixture(row.file))));
     t.is(output.bodies.length, 1);
-    t.is(output.bodies[0]!.key, 'route-1');
+    t.is(output.bodies[0]!.deliveryId, 'route-1');
     const { attachments, ...payload } = payloadOf(output.bodies[0]!.body);
 
     t.deepEqual(payload, {
@@ -394,12 +394,12 @@ test('parseMessage takes the raw bytes over and lets go of them', async (t) => {
 
 test('one body per delivery, differing only in to, envelope.rcpt_to and plus_tag', async (t) => {
   const deliveries: DeliverySpec[] = [
-    { key: 'route-support', to: ['support@example.net'] },
-    { key: 'route-billing', to: ['billing+vip@example.net', 'support@example.net'], plusTag: 'vip' },
+    { deliveryId: 'route-support', to: ['support@example.net'] },
+    { deliveryId: 'route-billing', to: ['billing+vip@example.net', 'support@example.net'], plusTag: 'vip' },
   ];
   const output = okOutput(await parseMessage(input(fixture('nested.eml'), deliveries)));
   t.deepEqual(
-    output.bodies.map(({ key }) => key),
+    output.bodies.map(({ deliveryId }) => deliveryId),
     ['route-support', 'route-billing'],
   );
   const [first, second] = output.bodies.map(({ body }) => payloadOf(body));
@@ -419,8 +419,8 @@ test('one body per delivery, differing only in to, envelope.rcpt_to and plus_tag
 
 test('an empty plus tag is still spliced in, an absent one is not', async (t) => {
   const deliveries: DeliverySpec[] = [
-    { key: 'a', to: ['x@example.net'], plusTag: '' },
-    { key: 'b', to: ['x@example.net'] },
+    { deliveryId: 'a', to: ['x@example.net'], plusTag: '' },
+    { deliveryId: 'b', to: ['x@example.net'] },
   ];
   const [withTag, without] = okOutput(await parseMessage(input(fixture('plain.eml'), deliveries))).bodies;
   t.is(payloadOf(withTag!.body).plus_tag, '');
@@ -430,7 +430,7 @@ test('an empty plus tag is still spliced in, an absent one is not', async (t) =>
 const KEY_ORDER_ROWS = Object.freeze([
   {
     name: 'without plus_tag',
-    delivery: { key: 'k', to: ['a@example.net'] },
+    delivery: { deliveryId: 'k', to: ['a@example.net'] },
     keys: [
       'message_id',
       'from',
@@ -446,7 +446,7 @@ const KEY_ORDER_ROWS = Object.freeze([
   },
   {
     name: 'with plus_tag',
-    delivery: { key: 'k', to: ['a@example.net'], plusTag: 'news' },
+    delivery: { deliveryId: 'k', to: ['a@example.net'], plusTag: 'news' },
     keys: [
       'message_id',
       'from',
@@ -477,8 +477,8 @@ for (const row of KEY_ORDER_ROWS) {
 
 test('each body owns its ArrayBuffer exactly, so it can be transferred alone', async (t) => {
   const deliveries: DeliverySpec[] = [
-    { key: 'a', to: ['a@example.net'] },
-    { key: 'b', to: ['b@example.net'] },
+    { deliveryId: 'a', to: ['a@example.net'] },
+    { deliveryId: 'b', to: ['b@example.net'] },
   ];
   const [a, b] = okOutput(await parseMessage(input(fixture('plain.eml'), deliveries))).bodies;
   for (const { body } of [a!, b!]) {

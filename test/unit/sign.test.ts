@@ -102,7 +102,7 @@ for (const row of HEADER_CASES) {
   test(`deliveryHeaders ${row.name}`, (t) => {
     const body = utf8('{"x":"é"}');
     const headers = deliveryHeaders({
-      webhookId: 'msg_abc',
+      deliveryId: 'msg_abc',
       timestampSeconds: 1700000123,
       secret: row.secret,
       body,
@@ -126,6 +126,6 @@ for (const row of HEADER_CASES) {
 
 test('deliveryHeaders uses the Standard Webhooks vector end to end', (t) => {
   const { secret, id, timestamp, body, expected } = STANDARD_VECTOR;
-  const headers = deliveryHeaders({ webhookId: id, timestampSeconds: timestamp, secret, body: utf8(body) });
+  const headers = deliveryHeaders({ deliveryId: id, timestampSeconds: timestamp, secret, body: utf8(body) });
   t.is(headers['webhook-signature'], expected);
 });

@@ -64,9 +64,9 @@ const BODY = new TextEncoder().encode('{"ok":true}');
 const STATUS_CASES = Object.freeze([
   { status: 200, expected: { ok: true, statusCode: 200 } },
   { status: 204, expected: { ok: true, statusCode: 204 } },
-  { status: 302, expected: { ok: false, reason: 'http_status', statusCode: 302, retryable: true } },
-  { status: 404, expected: { ok: false, reason: 'http_status', statusCode: 404, retryable: true } },
-  { status: 500, expected: { ok: false, reason: 'http_status', statusCode: 500, retryable: true } },
+  { status: 302, expected: { ok: false, reason: 'http_status', statusCode: 302 } },
+  { status: 404, expected: { ok: false, reason: 'http_status', statusCode: 404 } },
+  { status: 500, expected: { ok: false, reason: 'http_status', statusCode: 500 } },
 ] as const);
 
 for (const row of STATUS_CASES) {
@@ -89,7 +89,7 @@ for (const row of STATUS_CASES) {
 test('a receiver that never answers times out at timeoutMs', async (t) => {
   const rx = await receiver(t, () => {});
   const result = await client(t, { timeoutMs: 300 }).post(rx.url(), BODY, JSON_HEADERS);
-  t.like(result.outcome, { ok: false, reason: 'timeout', retryable: true });
+  t.like(result.outcome, { ok: false, reason: 'timeout' });
   t.is(rx.requests.length, 1, 'the request was delivered; only the answer was missing');
   t.true(result.durationMs >= 250, `gave up early after ${result.durationMs} ms`);
   t.true(result.durationMs < 5000, `deadline not enforced: ${result.durationMs} ms`);
@@ -121,7 +121,7 @@ test('a refused port is a connection failure', async (t) => {
   probe.close();
   await once(probe, 'close');
   const result = await client(t).post(`http://127.0.0.1:${port}/hook`, BODY, JSON_HEADERS);
-  t.like(result.outcome, { ok: false, reason: 'connection', retryable: true });
+  t.like(result.outcome, { ok: false, reason: 'connection' });
   t.regex('error' in result.outcome ? result.outcome.error : '', /ECONNREFUSED/);
 });
 
@@ -131,7 +131,7 @@ test('a socket destroyed mid-response is a connection failure', async (t) => {
     res.write('partial', () => req.socket.destroy());
   });
   const result = await client(t).post(rx.url(), BODY, JSON_HEADERS);
-  t.like(result.outcome, { ok: false, reason: 'connection', retryable: true });
+  t.like(result.outcome, { ok: false, reason: 'connection' });
 });
 
 test('a 10 MB response is not buffered: the attempt succeeds and the connection is dropped', async (t) => {
@@ -159,7 +159,7 @@ test('the receiver gets the exact body bytes and verifiable signature headers', 
   const rx = await receiver(t, (_req, res) => res.writeHead(200).end());
   const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
   const body = new TextEncoder().encode('{"subject":"Grüße — 你好 🚀","n":1}');
-  const headers = deliveryHeaders({ webhookId: 'msg_42', timestampSeconds: 1700000000, secret, body });
+  const headers = deliveryHeaders({ deliveryId: 'msg_42', timestampSeconds: 1700000000, secret, body });
   const result = await client(t).post(rx.url('/in?x=1'), body, headers);
   t.deepEqual(result.outcome, { ok: true, statusCode: 200 });
 
@@ -209,7 +209,8 @@ for (const row of REFUSED_URLS) {
   test(`${row.name} is refused without network activity`, async (t) => {
     const rx = await receiver(t, (_req, res) => res.writeHead(200).end());
     const result = await client(t).post(row.url(rx.port), BODY, JSON_HEADERS);
-    t.deepEqual(result.outcome, { ok: false, reason: 'connection', error: row.error, retryable: true });
+    // a destination that no retry can reach: a configuration error
+    t.deepEqual(result.outcome, { ok: false, reason: 'misconfigured', error: row.error });
     t.is(rx.sockets.length, 0);
   });
 }
@@ -221,7 +222,7 @@ test('close is idempotent and later posts fail without network activity', async 
   await Promise.all([c.close(), c.close()]);
   await c.close();
   const after = await c.post(rx.url(), BODY, JSON_HEADERS);
-  t.deepEqual(after.outcome, { ok: false, reason: 'connection', error: 'client closed', retryable: true });
+  t.deepEqual(after.outcome, { ok: false, reason: 'connection', error: 'client closed' });
   t.is(rx.requests.length, 1);
 });
 
@@ -292,7 +293,7 @@ const ERROR_CASES: ReadonlyArray<{
 for (const row of ERROR_CASES) {
   test(`classifyError: ${row.name}`, (t) => {
     const outcome: AttemptOutcome = classifyError(row.err);
-    t.like(outcome, { ok: false, reason: row.reason, retryable: true });
+    t.like(outcome, { ok: false, reason: row.reason });
     t.regex('error' in outcome ? outcome.error : '', row.error);
   });
 }
@@ -300,5 +301,5 @@ for (const row of ERROR_CASES) {
 test('classifyError survives a self-referencing cause', (t) => {
   const err = new Error('loop') as Error & { cause?: unknown };
   err.cause = err;
-  t.deepEqual(classifyError(err), { ok: false, reason: 'connection', error: 'Error: loop', retryable: true });
+  t.deepEqual(classifyError(err), { ok: false, reason: 'connection', error: 'Error: loop' });
 });

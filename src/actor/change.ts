@@ -1,0 +1,52 @@
+// What one fenced write of an actor does to its message, as data: the fields it sets and removes
+// and the history and attempts it appends. Decisions (decisions.ts) return these; the actor merges
+// the ones it holds back into its next write and applies each to its copy of the document.
+import type { HistoryEntry, MessageState } from '../lifecycle/lifecycle.ts';
+import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/messages.ts';
+
+/**
+ * One write: what changes, what is appended to the history and attempts, what is removed. A state
+ * and a history entry can only be ones src/lifecycle/ made.
+ */
+export interface Change {
+  set?: Partial<Omit<MessageDoc, 'history' | 'attempts' | 'state'>> & { state?: MessageState };
+  unset?: Array<'due_at' | 'lease_owner'>;
+  history?: HistoryEntry[];
+  attempts?: AttemptRecord[];
+}
+
+/** The message needs no owner until its earliest retry (or at all: nothing is waiting). */
+export function releaseChange(deliveries: readonly DeliveryDoc[]): Change {
+  const waiting = deliveries
+    .filter((d) => d.state === 'failed' && d.next_attempt_at)
+    .map((d) => d.next_attempt_at!.getTime());
+  if (waiting.length === 0) return { unset: ['due_at', 'lease_owner'] };
+  return { set: { due_at: new Date(Math.min(...waiting)) }, unset: ['lease_owner'] };
+}
+
+/** Two changes as one write: `later` wins on the same field; history and attempts in order. */
+export function mergeChanges(earlier: Change, later: Change): Change {
+  const unset = [...(earlier.unset ?? []), ...(later.unset ?? [])].filter(
+    (key) => !(later.set && key in later.set),
+  );
+  const set = { ...earlier.set, ...later.set };
+  for (const key of later.unset ?? []) delete set[key];
+  return {
+    set,
+    ...(unset.length ? { unset: [...new Set(unset)] } : {}),
+    history: [...(earlier.history ?? []), ...(later.history ?? [])],
+    attempts: [...(earlier.attempts ?? []), ...(later.attempts ?? [])],
+  };
+}
+
+/** The document as it is once the change is written. */
+export function applyChange(doc: MessageDoc, change: Change): MessageDoc {
+  const next: MessageDoc = {
+    ...doc,
+    ...change.set,
+    history: [...doc.history, ...(change.history ?? [])],
+    attempts: [...doc.attempts, ...(change.attempts ?? [])],
+  };
+  for (const key of change.unset ?? []) delete next[key];
+  return next;
+}

@@ -1,0 +1,89 @@
+// One message as its owner writes it: the fenced write queue. Writes go one at a time, each
+// expecting the version its predecessor produced (`writeAsOwner`), or, when a change makes the
+// message final with nothing scheduled, moving it to its history partition (`archiveAsOwner`).
+// A write that no longer matches means another process took the message over: OwnershipLost,
+// and every later write fails the same way.
+import type { UpdateFilter } from 'mongodb';
+import { archiveAsOwner, isArchivable } from '../store/history.ts';
+import type { MessageDoc, Ownership } from '../store/messages.ts';
+import type { Store } from '../store/mongo.ts';
+import { writeAsOwner } from '../store/working-set.ts';
+import { applyChange, type Change, mergeChanges } from './change.ts';
+
+/** Thrown when a fenced write no longer matches: another owner has the message. */
+export class OwnershipLost extends Error {}
+
+export class OwnedMessage {
+  private readonly store: Store;
+  private current: MessageDoc;
+  private owner: Ownership;
+  /** fenced writes go one at a time: each expects the version the previous one produced */
+  private writes: Promise<unknown> = Promise.resolve();
+  private lost = false;
+  /** taken in memory, written with the next write (see `defer`) */
+  private deferred: Change | undefined;
+
+  constructor(store: Store, doc: MessageDoc) {
+    this.store = store;
+    this.current = doc;
+    this.owner = { id: doc._id, epoch: doc.lease_epoch, version: doc.version };
+  }
+
+  /** The document as the writes so far (and a deferred change) leave it. */
+  get doc(): MessageDoc {
+    return this.current;
+  }
+
+  /**
+   * Queues one fenced write; a function is given the current document, so it decides in turn. A
+   * deferred change (see `defer`) goes in the same write, before this one.
+   */
+  write(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
+    const write = this.writes.then(async () => {
+      if (this.lost) throw new OwnershipLost();
+      const own = typeof changeOrDecide === 'function' ? changeOrDecide(this.current) : changeOrDecide;
+      const change = this.deferred ? mergeChanges(this.deferred, own) : own;
+      const update: UpdateFilter<MessageDoc> = {};
+      if (change.set) update.$set = change.set;
+      if (change.unset) update.$unset = Object.fromEntries(change.unset.map((key) => [key, '']));
+      const push: Record<string, { $each: unknown[] }> = {};
+      if (change.history?.length) push.history = { $each: change.history };
+      if (change.attempts?.length) push.attempts = { $each: change.attempts };
+      if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
+      this.deferred = undefined;
+      const after = applyChange(this.current, own);
+      if (isArchivable(after)) {
+        // final: the record moves to its history partition, and the working set forgets it
+        const version = this.owner.version + 1;
+        if (!(await archiveAsOwner(this.store, this.owner, { ...after, version }))) {
+          this.lost = true;
+          throw new OwnershipLost();
+        }
+        this.owner = { ...this.owner, version };
+        this.current = { ...after, version };
+        return;
+      }
+      const version = await writeAsOwner(this.store, this.owner, update);
+      if (version === undefined) {
+        this.lost = true;
+        throw new OwnershipLost();
+      }
+      this.owner = { ...this.owner, version };
+      // from the document as it is now: a change deferred while this write was in flight stays
+      this.current = { ...applyChange(this.current, own), version };
+    });
+    this.writes = write.catch(() => {});
+    return write;
+  }
+
+  /**
+   * Takes a change in memory now and writes it with the next one. The routing decision waits for
+   * the first attempt's outcome this way: one write per delivered message instead of two. If the
+   * process dies in between, nothing of it was stored, and whoever takes the message over parses
+   * and routes it again; the webhook-id is the same, so the receiver can tell a repeated POST.
+   */
+  defer(change: Change): void {
+    this.deferred = this.deferred ? mergeChanges(this.deferred, change) : change;
+    this.current = applyChange(this.current, change);
+  }
+}

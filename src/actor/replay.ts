@@ -1,0 +1,32 @@
+// Taking a message back for an operator's replay: only from a state the lifecycle allows it in,
+// only while its raw bytes are kept (it is parsed again), and owned by this process, from the
+// working set (a failed message) or from its history partition (a final one).
+import { canReplay } from '../lifecycle/lifecycle.ts';
+import { restoreRecord } from '../store/history.ts';
+import { claimMessage } from '../store/leases.ts';
+import type { MessageDoc } from '../store/messages.ts';
+import type { Store } from '../store/mongo.ts';
+import { rawExists } from '../store/raw.ts';
+import { getMessage } from '../store/reads.ts';
+
+export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
+
+export async function takeForReplay(
+  store: Store,
+  id: string,
+  owner: { name: string; leaseMs: number; drives: (id: string) => boolean },
+): Promise<{ outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc }> {
+  const doc = await getMessage(store, id);
+  if (!doc) return { outcome: 'not_found' };
+  if (!canReplay(doc.state) || owner.drives(id)) return { outcome: 'invalid_state' };
+  // a replay parses the message again: not possible once raw retention has removed its bytes
+  if (!(await rawExists(store, doc))) return { outcome: 'raw_expired' };
+  const inFlight = (await store.messages.countDocuments({ _id: id }, { limit: 1 })) === 1;
+  // a final message comes back from its history partition into the working set, owned by us
+  const claimed = inFlight
+    ? await claimMessage(store, id, doc.lease_epoch, owner.name, owner.leaseMs)
+    : await restoreRecord(store, doc, owner.name, owner.leaseMs);
+  // someone else took it in between: it is being worked on, so not replayable now
+  if (!claimed || !canReplay(claimed.state)) return { outcome: 'invalid_state' };
+  return { outcome: 'ok', doc: claimed };
+}

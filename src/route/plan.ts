@@ -1,0 +1,54 @@
+// Which deliveries a message gets from its routes: one per matched route, carrying that route's
+// recipients. A replay keeps what was delivered and starts the rest anew.
+import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
+import type { DirectoryRoute, RouteDirectory } from './directory.ts';
+
+/** A delivery's id: stable across retries and replays, sent as webhook-id. */
+export function deliveryId(messageId: string, routeId: string): string {
+  return `${messageId}.${routeId}`;
+}
+
+/** A delivery to create: everything but its state, which routing gives it (src/lifecycle/). */
+export type PlannedDelivery = Omit<DeliveryDoc, 'state' | 'next_attempt_at'>;
+
+/** In route order: a delivery kept from an earlier round (delivered), or one to create. */
+export type DeliveryPlan = Array<{ kept: DeliveryDoc } | { planned: PlannedDelivery }>;
+
+/** The routes each recipient matches, grouped: one entry per route. */
+async function routesOf(
+  directory: Pick<RouteDirectory, 'match'>,
+  recipients: readonly string[],
+): Promise<Array<{ route: DirectoryRoute; recipients: string[]; plusTag?: string }>> {
+  const byRoute = new Map<string, { route: DirectoryRoute; recipients: string[]; plusTag?: string }>();
+  for (const recipient of recipients) {
+    const match = await directory.match(recipient);
+    if (!match) continue;
+    const entry = byRoute.get(match.route.id);
+    if (entry) entry.recipients.push(recipient);
+    else byRoute.set(match.route.id, { route: match.route, recipients: [recipient], plusTag: match.plusTag });
+  }
+  return [...byRoute.values()];
+}
+
+export async function planDeliveries(
+  directory: Pick<RouteDirectory, 'match'>,
+  doc: Pick<MessageDoc, '_id' | 'envelope' | 'deliveries'>,
+): Promise<DeliveryPlan> {
+  const delivered = new Map(
+    doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.route_id, d]),
+  );
+  return (await routesOf(directory, doc.envelope.rcpt_to)).map(({ route, recipients, plusTag }) => {
+    const kept = delivered.get(route.id);
+    if (kept) return { kept };
+    return {
+      planned: {
+        id: deliveryId(doc._id, route.id),
+        route_id: route.id,
+        webhook_url: route.webhook_url,
+        recipients,
+        ...(plusTag !== undefined ? { plus_tag: plusTag } : {}),
+        attempts: 0,
+      },
+    };
+  });
+}
