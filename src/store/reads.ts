@@ -63,10 +63,13 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
     const inQuery = (summary: MessageSummary) =>
       (!query.domain || summary.domains.includes(query.domain)) &&
       (!query.before || summary._id < query.before);
-    // the hours newest first, a few more at each step: every older hour holds only older messages,
-    // so once `want` are found the rest cannot count
-    for (let next = 0, step = 1; next < hours.length && archived.length < want; step *= 2) {
-      const keys = hours.slice(next, next + Math.min(step, MAX_HOURS_AT_ONCE));
+    // the hours newest first: one, then as many at once as the rate seen so far says the page still
+    // needs (a sparse listing such as the dead letter queue spans many hours). Every older hour
+    // holds only older messages, so once `want` are found the rest cannot count
+    for (let next = 0; next < hours.length && archived.length < want; ) {
+      const perHour = next === 0 ? want : archived.length / next;
+      const count = Math.min(MAX_HOURS_AT_ONCE, Math.max(1, Math.ceil((want - archived.length) / perHour)));
+      const keys = hours.slice(next, next + count);
       next += keys.length;
       const found = await Promise.all(
         keys.flatMap((key) =>
