@@ -12,10 +12,11 @@ type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 interface Setting<T> {
   env: string;
   flag: string;
-  /** shown in README's configuration table */
+  /** shown in README's configuration table; the default itself when it is a valid value */
   defaultText: string;
   description: string;
-  defaultValue: () => T;
+  /** only where defaultText describes the default instead of being one ("empty (off)") */
+  defaultValue?: () => T;
   parse: (text: string) => Parsed<T>;
 }
 
@@ -150,7 +151,6 @@ export const SETTINGS = Object.freeze({
     flag: 'http-host',
     defaultText: '0.0.0.0',
     description: 'Address the REST API listens on',
-    defaultValue: () => '0.0.0.0',
     parse: host,
   } satisfies Setting<string>,
   httpPort: {
@@ -158,7 +158,6 @@ export const SETTINGS = Object.freeze({
     flag: 'http-port',
     defaultText: '8080',
     description: 'Port of the REST API (0 picks a free one)',
-    defaultValue: () => 8080,
     parse: port,
   } satisfies Setting<number>,
   trustProxy: {
@@ -175,7 +174,6 @@ export const SETTINGS = Object.freeze({
     flag: 'smtp-host',
     defaultText: '0.0.0.0',
     description: 'Address the SMTP listener binds',
-    defaultValue: () => '0.0.0.0',
     parse: host,
   } satisfies Setting<string>,
   smtpPort: {
@@ -183,7 +181,6 @@ export const SETTINGS = Object.freeze({
     flag: 'smtp-port',
     defaultText: '2525',
     description: 'Port of the SMTP listener (0 picks a free one)',
-    defaultValue: () => 2525,
     parse: port,
   } satisfies Setting<number>,
   workers: {
@@ -199,7 +196,6 @@ export const SETTINGS = Object.freeze({
     flag: 'standby-worker',
     defaultText: 'true',
     description: 'Keep one started, idle worker that takes over the moment a worker dies',
-    defaultValue: () => true,
     parse: boolean,
   } satisfies Setting<boolean>,
   retryDelays: {
@@ -207,7 +203,6 @@ export const SETTINGS = Object.freeze({
     flag: 'retry-delays',
     defaultText: '1m,5m,15m',
     description: 'Delays before each webhook retry; the list length is the number of retries',
-    defaultValue: () => Object.freeze([60_000, 300_000, 900_000]),
     parse: durationList(20),
   } satisfies Setting<readonly number[]>,
   webhookTimeout: {
@@ -215,7 +210,6 @@ export const SETTINGS = Object.freeze({
     flag: 'webhook-timeout',
     defaultText: '30s',
     description: 'Deadline for one whole webhook exchange',
-    defaultValue: () => 30_000,
     parse: duration(10, 10 * 60_000),
   } satisfies Setting<number>,
   maxMessageSize: {
@@ -223,7 +217,6 @@ export const SETTINGS = Object.freeze({
     flag: 'max-message-size',
     defaultText: '25MB',
     description: 'Largest message accepted over SMTP (KB and MB are multiples of 1024)',
-    defaultValue: () => 25 * 1024 * 1024,
     parse: size(1024, 1024 ** 3),
   } satisfies Setting<number>,
   smtpTlsCert: {
@@ -247,7 +240,6 @@ export const SETTINGS = Object.freeze({
     flag: 'smtp-max-connections',
     defaultText: '1000',
     description: 'SMTP connections per worker; beyond it a new connection is answered 421',
-    defaultValue: () => 1000,
     parse: integer(1, 100_000),
   } satisfies Setting<number>,
   smtpIdleTimeout: {
@@ -255,7 +247,6 @@ export const SETTINGS = Object.freeze({
     flag: 'smtp-idle-timeout',
     defaultText: '60s',
     description: 'An SMTP client silent this long is disconnected',
-    defaultValue: () => 60_000,
     parse: duration(100, 60 * 60_000),
   } satisfies Setting<number>,
   smtpSessionLimit: {
@@ -263,7 +254,6 @@ export const SETTINGS = Object.freeze({
     flag: 'smtp-session-limit',
     defaultText: '10m',
     description: 'The longest one SMTP session may last, however active; then 421',
-    defaultValue: () => 10 * 60_000,
     parse: duration(100, 24 * 3_600_000),
   } satisfies Setting<number>,
   recordRetention: {
@@ -272,7 +262,6 @@ export const SETTINGS = Object.freeze({
     defaultText: '30d',
     description:
       'How long records of delivered and dead-lettered messages are kept (whole hours of history are dropped once past it)',
-    defaultValue: () => 30 * 86_400_000,
     parse: duration(3_600_000, 3650 * 86_400_000),
   } satisfies Setting<number>,
   rawRetention: {
@@ -281,7 +270,6 @@ export const SETTINGS = Object.freeze({
     defaultText: '7d',
     description:
       'How long the raw bytes of messages are kept; after it the record stays and GET /messages/{id}/raw answers 410',
-    defaultValue: () => 7 * 86_400_000,
     parse: duration(3_600_000, 3650 * 86_400_000),
   } satisfies Setting<number>,
   leaseTime: {
@@ -289,7 +277,6 @@ export const SETTINGS = Object.freeze({
     flag: 'lease-time',
     defaultText: '30s',
     description: 'How long a process owns a message before another may take it over',
-    defaultValue: () => 30_000,
     parse: duration(500, 60 * 60_000),
   } satisfies Setting<number>,
   dataDir: {
@@ -297,7 +284,6 @@ export const SETTINGS = Object.freeze({
     flag: 'data-dir',
     defaultText: './data',
     description: 'Where the development-default database keeps its files',
-    defaultValue: () => './data',
     parse: text(),
   } satisfies Setting<string>,
   logLevel: {
@@ -305,7 +291,6 @@ export const SETTINGS = Object.freeze({
     flag: 'log-level',
     defaultText: 'info',
     description: `Log level: ${LOG_LEVELS.join(', ')}`,
-    defaultValue: () => 'info' as (typeof LOG_LEVELS)[number],
     parse: oneOf(LOG_LEVELS),
   } satisfies Setting<(typeof LOG_LEVELS)[number]>,
   httpRequestLog: {
@@ -313,7 +298,6 @@ export const SETTINGS = Object.freeze({
     flag: 'http-request-log',
     defaultText: 'true',
     description: 'Log one line per API request (method, route pattern, status, duration) at info',
-    defaultValue: () => true,
     parse: boolean,
   } satisfies Setting<boolean>,
   webhookDenyPrivate: {
@@ -321,7 +305,6 @@ export const SETTINGS = Object.freeze({
     flag: 'webhook-deny-private',
     defaultText: 'false',
     description: 'Refuse webhook destinations on loopback, private and link-local addresses',
-    defaultValue: () => false,
     parse: boolean,
   } satisfies Setting<boolean>,
   publicUrl: {
@@ -342,7 +325,6 @@ export const SETTINGS = Object.freeze({
     flag: 'max-inline-attachment',
     defaultText: '5MB',
     description: 'Largest attachment sent inline (base64) in a payload; a larger one is sent as a signed URL',
-    defaultValue: () => 5 * 1024 * 1024,
     parse: size(0, 1024 ** 3),
   } satisfies Setting<number>,
   maxWebhookBody: {
@@ -351,7 +333,6 @@ export const SETTINGS = Object.freeze({
     defaultText: '10MB',
     description:
       'Largest webhook body wanted: while a body would be larger, its largest inline attachments are sent as URLs instead',
-    defaultValue: () => 10 * 1024 * 1024,
     parse: size(1024, 1024 ** 3),
   } satisfies Setting<number>,
   attachmentUrlTtl: {
@@ -360,7 +341,6 @@ export const SETTINGS = Object.freeze({
     defaultText: '24h',
     description:
       'How long an attachment URL in a payload stays valid (counted from the attempt that sent it)',
-    defaultValue: () => 24 * 3_600_000,
     parse: duration(1000, 30 * 24 * 3_600_000),
   } satisfies Setting<number>,
   dnsServers: {
@@ -378,7 +358,6 @@ export const SETTINGS = Object.freeze({
     defaultText: '10s',
     description:
       'Time all DNS lookups of one message may take together; past it the unfinished checks are temperror',
-    defaultValue: () => 10_000,
     parse: duration(100, 60_000),
   } satisfies Setting<number>,
   statsFile: {
@@ -393,7 +372,16 @@ export const SETTINGS = Object.freeze({
 });
 
 type Settings = typeof SETTINGS;
-export type Config = { readonly [K in keyof Settings]: ReturnType<Settings[K]['defaultValue']> };
+type ValueOf<Parse> = Parse extends (text: string) => Parsed<infer T> ? T : never;
+export type Config = { readonly [K in keyof Settings]: ValueOf<Settings[K]['parse']> };
+
+/** A setting's default: stated once, as README shows it, unless it can only be described there. */
+function defaultOf<T>(setting: Setting<T>): T {
+  if (setting.defaultValue) return setting.defaultValue();
+  const parsed = setting.parse(setting.defaultText);
+  if (!parsed.ok) throw new Error(`${setting.env}: the default "${setting.defaultText}" ${parsed.problem}`);
+  return parsed.value;
+}
 
 export type ConfigResult = { ok: true; config: Config } | { ok: false; problems: string[] };
 
@@ -420,7 +408,7 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
     // an empty variable is an unset one (compose files and shells leave them empty): the default
     const raw = fromFlag ?? (fromEnv === '' ? undefined : fromEnv);
     if (raw === undefined) {
-      config[key] = setting.defaultValue();
+      config[key] = defaultOf(setting);
       continue;
     }
     const parsed = setting.parse(raw);

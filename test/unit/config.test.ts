@@ -16,6 +16,11 @@ test('defaults match the documented ones', (t) => {
   t.deepEqual(config.retryDelays, [60_000, 300_000, 900_000]);
   t.is(config.webhookTimeout, 30_000);
   t.is(config.maxMessageSize, 25 * 1024 * 1024);
+  // read from the README's default text itself, as most defaults are
+  t.is(config.recordRetention, 30 * 86_400_000);
+  t.is(config.rawRetention, 7 * 86_400_000);
+  t.is(config.standbyWorker, true);
+  t.is(config.logLevel, 'info');
   t.true(config.workers >= 1);
   t.true(Object.isFrozen(config));
 });
