@@ -7,7 +7,7 @@ import { claimMessage } from '../store/leases.ts';
 import type { MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists } from '../store/raw.ts';
-import { getMessage } from '../store/reads.ts';
+import { locateMessage } from '../store/reads.ts';
 
 export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
 
@@ -16,12 +16,12 @@ export async function takeForReplay(
   id: string,
   owner: { name: string; leaseMs: number; drives: (id: string) => boolean },
 ): Promise<{ outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc }> {
-  const doc = await getMessage(store, id);
-  if (!doc) return { outcome: 'not_found' };
+  const found = await locateMessage(store, id);
+  if (!found) return { outcome: 'not_found' };
+  const { doc, inFlight } = found;
   if (!canReplay(doc.state) || owner.drives(id)) return { outcome: 'invalid_state' };
   // a replay parses the message again: not possible once raw retention has removed its bytes
   if (!(await rawExists(store, doc))) return { outcome: 'raw_expired' };
-  const inFlight = (await store.messages.countDocuments({ _id: id }, { limit: 1 })) === 1;
   // a final message comes back from its history partition into the working set, owned by us
   const claimed = inFlight
     ? await claimMessage(store, id, doc.lease_epoch, owner.name, owner.leaseMs)

@@ -38,38 +38,44 @@ const holds = (owner: Ownership, fence: Fence | undefined, versionAhead = 0) =>
   fence?.lease_epoch === owner.epoch && fence.version === owner.version + versionAhead;
 
 /**
+ * The items whose owner's fence holds now, and the filter their writes go with. On MongoDB all of
+ * them, fenced by the filter itself; on FerretDB those whose fence read by `_id` holds, by `_id`.
+ */
+async function admit<Item>(store: Connection, items: Item[], ownerOf: (item: Item) => Ownership) {
+  if (!store.ferretdb) {
+    const filter = (owner: Ownership) => ({
+      _id: owner.id,
+      lease_epoch: owner.epoch,
+      version: owner.version,
+    });
+    return { due: items, filter };
+  }
+  const fences = await readFences(
+    store,
+    items.map((item) => ownerOf(item).id),
+  );
+  const filter = (owner: Ownership) => ({ _id: owner.id });
+  return { due: items.filter((item, i) => holds(ownerOf(item), fences[i])), filter };
+}
+
+/**
  * The owners' writes of many messages in one unordered bulk update (the version goes up by one
  * with each). True for each write that is in: applied now, or by an earlier try of the same
  * command (same epoch, version one past the expected one); false where ownership was lost.
  */
 export async function applyOwnerWrites(store: Connection, writes: OwnerWrite[]): Promise<boolean[]> {
-  if (store.ferretdb) {
-    const before = await readFences(
-      store,
-      writes.map((write) => write.owner.id),
-    );
-    const due = writes.filter(({ owner }, i) => holds(owner, before[i]));
-    if (due.length > 0) {
-      const result = await store.messages.bulkWrite(
-        due.map(({ owner, update }) => ({ updateOne: { filter: { _id: owner.id }, update: bump(update) } })),
-        { ordered: false },
-      );
-      if (result.matchedCount === due.length)
-        return writes.map(({ owner }, i) => holds(owner, before[i]) || holds(owner, before[i], 1));
-    }
-  } else {
-    const result = await store.messages.bulkWrite(
-      writes.map(({ owner, update }) => ({
-        updateOne: {
-          filter: { _id: owner.id, lease_epoch: owner.epoch, version: owner.version },
-          update: bump(update),
-        },
-      })),
-      { ordered: false },
-    );
-    if (result.matchedCount === writes.length) return writes.map(() => true);
-  }
-  // fewer matched than were sent: the versions read back tell which writes are in
+  const { due, filter } = await admit(store, writes, (write) => write.owner);
+  const matched =
+    due.length === 0
+      ? 0
+      : (
+          await store.messages.bulkWrite(
+            due.map(({ owner, update }) => ({ updateOne: { filter: filter(owner), update: bump(update) } })),
+            { ordered: false },
+          )
+        ).matchedCount;
+  if (matched === writes.length) return writes.map(() => true);
+  // fewer went in than were sent: the versions read back tell which writes are in
   const after = await readFences(
     store,
     writes.map((write) => write.owner.id),
@@ -83,16 +89,7 @@ export async function applyOwnerWrites(store: Connection, writes: OwnerWrite[]):
  * is still there, at another epoch or version).
  */
 export async function removeAsOwners(store: Connection, owners: Ownership[]): Promise<boolean[]> {
-  let due = owners;
-  if (store.ferretdb) {
-    const fences = await readFences(
-      store,
-      owners.map((owner) => owner.id),
-    );
-    due = owners.filter((owner, i) => holds(owner, fences[i]));
-  }
-  const filter = (owner: Ownership) =>
-    store.ferretdb ? { _id: owner.id } : { _id: owner.id, lease_epoch: owner.epoch, version: owner.version };
+  const { due, filter } = await admit(store, owners, (owner) => owner);
   const deleted =
     due.length === 0
       ? 0

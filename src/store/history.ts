@@ -26,18 +26,19 @@ function recordCollection(store: Store, kind: RecordKind, id: string) {
   return store.db.collection<ArchivedRecord>(partitionName(kind, partitionOfId(id)));
 }
 
-/** Indexes of a new partition of records: only listings by recipient domain need one. */
-async function preparePartition(store: Store, kind: RecordKind, id: string): Promise<void> {
-  if (!store.partitions.note(kind, partitionOfId(id))) return;
-  await recordCollection(store, kind, id)
-    .createIndex({ domains: 1, _id: -1 }, { name: 'domains_id' })
-    .catch(() => {});
+/**
+ * Takes a record out of its partition (a replay brought the message back) and hides its listing
+ * entry there with the version that supersedes it.
+ */
+async function takeOutRecord(store: Store, kind: RecordKind, id: string, version: number): Promise<void> {
+  await recordCollection(store, kind, id).deleteOne({ _id: id });
+  await removeEntry(store, kind, partitionOfId(id), id, version);
 }
 
 /** Stores a final record in its partition; a record already there (a re-run after a crash) is replaced. */
 async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
-  await preparePartition(store, kind, doc._id);
+  store.partitions.note(kind, partitionOfId(doc._id));
   const archived = { record: packRecord(doc), entry: entryOf(doc) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(
@@ -47,11 +48,7 @@ async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
     if (outcome) throw outcome;
   });
   // a replayed message may have left its earlier record in the other kind of partition
-  if (doc.replays) {
-    const other = kind === 'dlq' ? 'history' : 'dlq';
-    await recordCollection(store, other, doc._id).deleteOne({ _id: doc._id });
-    await removeEntry(store, other, partitionOfId(doc._id), doc._id, doc.version);
-  }
+  if (doc.replays) await takeOutRecord(store, kind === 'dlq' ? 'history' : 'dlq', doc._id, doc.version);
 }
 
 /**
@@ -105,12 +102,8 @@ export async function restoreRecord(
     if (isDuplicateKey(err)) return undefined;
     throw err;
   }
-  const kind = recordKind(record);
-  await recordCollection(store, kind, record._id)
-    .deleteOne({ _id: record._id })
-    .catch(() => {});
-  // its listing entry in that partition is hidden (the working-set copy is listed meanwhile)
-  await removeEntry(store, kind, partitionOfId(record._id), record._id, doc.version).catch(() => {});
+  // meanwhile the working-set copy is the one listed and read
+  await takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
   return doc;
 }
 
@@ -128,7 +121,7 @@ export async function insertRecords(store: Store, docs: readonly MessageDoc[]): 
     byPartition.set(name, entry);
   }
   for (const [name, partition] of byPartition) {
-    await preparePartition(store, partition.kind, partition.id);
+    store.partitions.note(partition.kind, partitionOfId(partition.id));
     const outcomes = await insertEach(
       store.db.collection<ArchivedRecord>(name),
       partition.docs.map(packRecord),

@@ -32,9 +32,13 @@ export type MessageSummary = Pick<MessageDoc, (typeof SUMMARY_FIELDS)[number]>;
  * re-run after a crash, a replay): the highest `version` counts, and a `removed` entry (written
  * when a replay takes the record out of this partition) hides the ones it supersedes.
  */
-export interface ListingEntry extends MessageSummary {
+export type ListingEntry = (MessageSummary & { version: number; removed?: undefined }) | Removal;
+
+/** Hides the entries of an id with a lower version. */
+interface Removal {
+  _id: string;
   version: number;
-  removed?: true;
+  removed: true;
 }
 
 /** A document of a listing partition: entries packed as one BSON value (see the header). */
@@ -59,7 +63,7 @@ function listingCollection(store: Connection, kind: RecordKind, key: string): Co
 export function entryOf(doc: MessageDoc): ListingEntry {
   const entry: Record<string, unknown> = { version: doc.version };
   for (const field of SUMMARY_FIELDS) entry[field] = doc[field];
-  return entry as unknown as ListingEntry;
+  return entry as MessageSummary & { version: number };
 }
 
 function pack(entries: ListingEntry[]): EntrySet {
@@ -84,8 +88,7 @@ export async function appendEntries(
 
 /** Hides a message's earlier entries in this partition (its record was taken out for a replay). */
 export function removeEntry(store: Connection, kind: RecordKind, key: string, id: string, version: number) {
-  const removed = { _id: id, version, removed: true } as unknown as ListingEntry;
-  return appendEntries(store, kind, key, [removed]);
+  return appendEntries(store, kind, key, [{ _id: id, version, removed: true }]);
 }
 
 /** For each id, the entry with the highest version. */
@@ -98,6 +101,7 @@ function latest(entries: Iterable<ListingEntry>): Map<string, ListingEntry> {
   return byId;
 }
 
+/** Namespaces (database.collection) this process is merging now. */
 const merging = new Set<string>();
 
 /**
@@ -106,15 +110,20 @@ const merging = new Set<string>();
  * before the sets it replaces are deleted, so a concurrent reader sees every entry (perhaps twice,
  * which `latest` absorbs), and two processes merging at once only leave two sets to merge later.
  */
-export async function readEntries(store: Connection, kind: RecordKind, key: string): Promise<ListingEntry[]> {
+export async function readEntries(
+  store: Connection,
+  kind: RecordKind,
+  key: string,
+): Promise<MessageSummary[]> {
   const collection = listingCollection(store, kind, key);
   const sets = await collection.find({}).toArray();
   const all = sets.flatMap(unpack);
-  if (sets.length > MERGE_ABOVE && !merging.has(collection.collectionName)) {
-    merging.add(collection.collectionName);
-    void merge(collection, sets, all).finally(() => merging.delete(collection.collectionName));
+  const name = collection.namespace;
+  if (sets.length > MERGE_ABOVE && !merging.has(name)) {
+    merging.add(name);
+    void merge(collection, sets, all).finally(() => merging.delete(name));
   }
-  return [...latest(all).values()].filter((entry) => !entry.removed);
+  return [...latest(all).values()].filter((entry) => entry.removed === undefined);
 }
 
 async function merge(collection: Collection<EntrySet>, sets: EntrySet[], all: ListingEntry[]): Promise<void> {

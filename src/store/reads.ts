@@ -15,10 +15,19 @@ import type { ArchivedRecord } from './records.ts';
 
 /** A message by id: in the working set while in flight, else in its history partition. */
 export async function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
+  return (await locateMessage(store, id))?.doc ?? null;
+}
+
+/** A message by id, and whether that is its working-set copy (in flight) or its final record. */
+export async function locateMessage(
+  store: Store,
+  id: string,
+): Promise<{ doc: MessageDoc; inFlight: boolean } | null> {
   // a string that is not an id cannot name a message: no query (and no NUL sent to the database)
   if (!isId('m', id)) return null;
   const [live, record] = await Promise.all([store.messages.findOne({ _id: id }), findRecord(store, id)]);
-  return live ?? record;
+  if (live) return { doc: live, inFlight: true };
+  return record ? { doc: record, inFlight: false } : null;
 }
 
 export interface MessageQuery {
