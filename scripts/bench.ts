@@ -254,9 +254,9 @@ async function startBenchService(
       MONGODB_URI: `${database.uri.replace(/\/$/, '')}/${name}`,
       SERVICE_API_KEY: API_KEY,
       STATS_FILE: statsFile,
-      // a seeded history of 30 days has every hour past the default raw retention (7 days) still
-      // there, which a real service would have dropped one hour at a time: kept here, so that the
-      // runs measure the service and not a backlog of 550 drops (see BENCHMARKS.md for their cost)
+      // a seeded history of 30 days has every day past the default raw retention (7 days) still
+      // there, which a real service would have dropped one day at a time: kept here, so that the
+      // runs measure the service and not a backlog of 23 drops (see BENCHMARKS.md for their cost)
       RAW_RETENTION: '30d',
     },
     // the primary creates the indexes before it is ready: minutes over a large history on FerretDB

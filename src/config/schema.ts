@@ -261,7 +261,7 @@ export const SETTINGS = Object.freeze({
     flag: 'record-retention',
     defaultText: '30d',
     description:
-      'How long records of delivered and dead-lettered messages are kept (whole hours of history are dropped once past it)',
+      'How long records of delivered and dead-lettered messages are kept (whole UTC days of history are dropped once past it)',
     parse: duration(3_600_000, 3650 * 86_400_000),
   } satisfies Setting<number>,
   rawRetention: {

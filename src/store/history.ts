@@ -1,15 +1,16 @@
 // Final message records: once a message is delivered or dead-lettered it leaves the working set
-// (`messages`) for the history partition of its acceptance hour (`history_<YYYYMMDDHH>` for
-// delivered, `dlq_<YYYYMMDDHH>` for dead-lettered; see partitions.ts). The hot path then only ever
-// touches the messages in flight, however much history is kept, and retention drops whole hours.
+// (`messages`) for the history partition of its acceptance day (`history_<YYYYMMDD>` for
+// delivered, `dlq_<YYYYMMDD>` for dead-lettered; see partitions.ts). The hot path then only ever
+// touches the messages in flight, however much history is kept, and retention drops whole days.
+// Records of the earlier hourly layout (`history_<YYYYMMDDHH>`) are found where they are.
 import { isFinal } from '../lifecycle/lifecycle.ts';
 import { DURABLE, insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey, isId } from './ids.ts';
-import { appendEntries, entryOf, removeEntry } from './listing.ts';
+import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { partitionName, partitionOfId, type RecordKind } from './partitions.ts';
+import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 
 /** Where a final record goes. */
@@ -22,29 +23,29 @@ export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean
   return isFinal(doc.state) && doc.due_at === undefined;
 }
 
-function recordCollection(store: Store, kind: RecordKind, id: string) {
-  return store.db.collection<ArchivedRecord>(partitionName(kind, partitionOfId(id)));
+/** The partitions that may hold a record: its day's, and its hour's of the earlier layout. */
+async function recordPartitions(store: Store, kind: RecordKind, id: string): Promise<string[]> {
+  const legacy = legacyPartitionOf(kind, id);
+  return (await store.partitions.has(legacy)) ? [partitionOf(kind, id), legacy] : [partitionOf(kind, id)];
 }
 
 /**
  * Takes a record out of its partition (a replay brought the message back) and hides its listing
- * entry there with the version that supersedes it.
+ * entry with the version that supersedes it.
  */
 async function takeOutRecord(store: Store, kind: RecordKind, id: string, version: number): Promise<void> {
-  await recordCollection(store, kind, id).deleteOne({ _id: id });
-  await removeEntry(store, kind, partitionOfId(id), id, version);
+  for (const name of await recordPartitions(store, kind, id))
+    await store.db.collection<ArchivedRecord>(name).deleteOne({ _id: id });
+  await removeEntry(store, kind, id, version);
 }
 
 /** Stores a final record in its partition; a record already there (a re-run after a crash) is replaced. */
 async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
-  store.partitions.note(kind, partitionOfId(doc._id));
+  const name = partitionOf(kind, doc._id);
   const archived = { record: packRecord(doc), entry: entryOf(doc) };
   await retryTransient(async () => {
-    const outcome = await store.writes.recordInserts.submit(
-      partitionName(kind, partitionOfId(doc._id)),
-      archived,
-    );
+    const outcome = await store.writes.recordInserts.submit(name, archived);
     if (outcome) throw outcome;
   });
   // a replayed message may have left its earlier record in the other kind of partition
@@ -63,15 +64,17 @@ export async function archiveAsOwner(store: Store, owner: Ownership, doc: Messag
   return retryTransient(() => store.writes.removals.submit(owner));
 }
 
-/** A final record by id: exactly `{_id: X}` on the two partitions its id names. */
+/** A final record by id: exactly `{_id: X}` on the partitions its id names. */
 export async function findRecord(store: Store, id: string): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
-  const [delivered, dead] = await Promise.all([
-    recordCollection(store, 'history', id).findOne({ _id: id }),
-    recordCollection(store, 'dlq', id).findOne({ _id: id }),
-  ]);
-  const found = delivered ?? dead;
-  return found ? unpackRecord(found) : null;
+  const names = (
+    await Promise.all([recordPartitions(store, 'history', id), recordPartitions(store, 'dlq', id)])
+  ).flat();
+  const found = await Promise.all(
+    names.map((name) => store.db.collection<ArchivedRecord>(name).findOne({ _id: id })),
+  );
+  const record = found.find((one) => one !== null);
+  return record ? unpackRecord(record) : null;
 }
 
 /**
@@ -112,23 +115,14 @@ export async function restoreRecord(
  * records of the earlier layout): one insert per partition; records already there are left.
  */
 export async function insertRecords(store: Store, docs: readonly MessageDoc[]): Promise<void> {
-  const byPartition = new Map<string, { kind: RecordKind; id: string; docs: MessageDoc[] }>();
-  for (const doc of docs) {
-    const kind = recordKind(doc);
-    const name = partitionName(kind, partitionOfId(doc._id));
-    const entry = byPartition.get(name) ?? { kind, id: doc._id, docs: [] };
-    entry.docs.push(doc);
-    byPartition.set(name, entry);
-  }
-  for (const [name, partition] of byPartition) {
-    store.partitions.note(partition.kind, partitionOfId(partition.id));
-    const outcomes = await insertEach(
-      store.db.collection<ArchivedRecord>(name),
-      partition.docs.map(packRecord),
-    );
+  const byPartition = Map.groupBy(docs, (doc) => partitionOf(recordKind(doc), doc._id));
+  for (const [name, some] of byPartition) {
+    const kind = recordKind(some[0]!);
+    store.partitions.note(name);
+    const outcomes = await insertEach(store.db.collection<ArchivedRecord>(name), some.map(packRecord));
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
     if (failed) throw failed;
     // records already there (a run cut short) get their entries again: a duplicate entry is harmless
-    await appendEntries(store, partition.kind, partitionOfId(partition.id), partition.docs.map(entryOf));
+    await appendEntriesOf(store, kind, some.map(entryOf));
   }
 }

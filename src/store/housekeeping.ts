@@ -1,15 +1,15 @@
 // Background upkeep of the history, run by the primary alone, in bounded steps with pauses between
-// them so that it never competes with the hot path: retention drops whole hourly partitions once
-// their hour is older than the settings (records: RECORD_RETENTION, raw bytes: RAW_RETENTION),
-// records of the earlier layout (final messages kept in the working set) move to their partitions,
-// and record partitions from before listing partitions existed get theirs.
+// them so that it never competes with the hot path: retention drops whole partitions once their
+// UTC day is older than the settings (records and their listings: RECORD_RETENTION, raw bytes:
+// RAW_RETENTION), records of the earliest layout (final messages kept in the working set) move to
+// their partitions, and record partitions from before listing partitions existed get theirs.
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { insertRecords } from './history.ts';
-import { appendEntries, entryOf, listingKind } from './listing.ts';
+import { appendEntries, entryOf, unlistedPartitions } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { PARTITION_MS, type Partition, partitionName, partitionOfId, partitionStart } from './partitions.ts';
+import { dayEnd, idMs, type Partition, partitionEnd, partitionStart } from './partitions.ts';
 import { type ArchivedRecord, unpackRecord } from './records.ts';
 
 export interface HousekeepingOptions {
@@ -91,16 +91,17 @@ export class Housekeeping {
     const report: HousekeepingReport = { dropped: [], kept: [], migrated: await this.migrate(), listed: 0 };
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
-    let inFlightHours: Set<string> | undefined;
+    let inFlight: number[] | undefined;
     const partitions = (await store.partitions.list({ fresh: true })).reverse();
     for (const partition of partitions) {
-      const end = partitionStart(partition.key) + PARTITION_MS;
+      // by the day, for the hourly partitions too: a day's listing goes with the day's records
       const isRaw = partition.kind === 'raw' || partition.kind === 'rawfs';
-      if (end > now - (isRaw ? rawRetentionMs : recordRetentionMs)) continue;
+      if (dayEnd(partition.key) > now - (isRaw ? rawRetentionMs : recordRetentionMs)) continue;
       if (isRaw) {
-        // a message still in flight (a retry pending for days, a replay) keeps its hour's bytes
-        inFlightHours ??= await this.inFlightHours();
-        if (inFlightHours.has(partition.key)) {
+        // a message still in flight (a retry pending for days, a replay) keeps its bytes
+        inFlight ??= await this.inFlightTimes();
+        const [start, end] = [partitionStart(partition.key), partitionEnd(partition.key)];
+        if (inFlight.some((ms) => ms >= start && ms < end)) {
           report.kept.push(partition.name);
           continue;
         }
@@ -117,22 +118,18 @@ export class Housekeeping {
   }
 
   /**
-   * Gives each record partition written before listing partitions existed its listing partition,
-   * one partition per step (until then a listing reads its records instead).
+   * Gives each record partition written before listing partitions existed (hourly, of the earlier
+   * layout) its listing partition of the same hour, one partition per step (until then a listing
+   * reads its records instead).
    */
   private async listUnlisted(): Promise<number> {
     const { store } = this.options;
-    const partitions = await store.partitions.list();
-    const names = new Set(partitions.map((partition) => partition.name));
     let listed = 0;
-    for (const { kind, key, name } of partitions) {
-      if ((kind !== 'history' && kind !== 'dlq') || names.has(partitionName(listingKind(kind), key)))
-        continue;
+    for (const { name, listing } of unlistedPartitions(await store.partitions.list())) {
       const records = await store.db.collection<ArchivedRecord>(name).find({}).toArray();
       await appendEntries(
         store,
-        kind,
-        key,
+        listing,
         records.map((record) => entryOf(unpackRecord(record))),
       );
       listed++;
@@ -141,9 +138,10 @@ export class Housekeeping {
     return listed;
   }
 
-  private async inFlightHours(): Promise<Set<string>> {
+  /** When the messages in flight were accepted. */
+  private async inFlightTimes(): Promise<number[]> {
     const live = await this.options.store.messages.find({}, { projection: { _id: 1 } }).toArray();
-    return new Set(live.map((doc) => partitionOfId(doc._id)));
+    return live.map((doc) => idMs(doc._id));
   }
 
   private async drop(partition: Partition): Promise<void> {

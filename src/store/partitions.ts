@@ -1,44 +1,70 @@
-// History partitions: final message records and raw bytes live in one collection per UTC hour of
-// acceptance, named from the message id (which carries its time), so that a lookup by id touches
-// one small collection, a listing walks the hours newest first, and retention drops whole
-// collections instead of deleting documents one by one. The working set (`messages`) holds only
-// what is in flight. An hour, not a day: FerretDB reads a whole collection for any query but an
-// exact `{_id: X}`, so a partition must stay small enough to read in a few milliseconds.
+// History partitions: final message records and raw bytes live in one collection per UTC day of
+// acceptance, and the listing's summaries of delivered records (listing.ts) in one per UTC hour,
+// named from the message id (which carries its time), so that a lookup by id touches one
+// collection, a listing walks the hours newest first, and retention drops whole collections
+// instead of deleting documents one by one. The working set (`messages`) holds only what is in
+// flight.
+//
+// Why these spans: FerretDB reads a whole collection for any query but an exact `{_id: X}`, so
+// what a listing reads must stay small (an hour of summaries), while every query it serves costs
+// more the more collections the database holds (over SQLite, `findOne({_id})` took 0.8 ms beside
+// no other collection and 2.35 ms beside 3,600, the count that five kinds by the hour reach in 30
+// days). Records and raw bytes are only ever read by id, so they go by the day; the dead letter
+// queue's summaries are few, and a day of them is what its sparse listing wants: about 28
+// collections a day instead of 120.
+//
+// Databases written by the earlier hourly layout (`history_<YYYYMMDDHH>`, `history_list_<...>`,
+// ...) are read as they are: their collections are told apart by their key's length or, for the
+// hourly listing of delivered records, by its kind's name. Nothing new is written to them but
+// what a replay or housekeeping must, and retention drops them in their turn.
 import type { Db } from 'mongodb';
 
-/** The span of one partition. */
-export const PARTITION_MS = 3_600_000;
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
 
 /**
  * What a partition holds: `history` delivered records, `dlq` dead-lettered records (apart, so that
- * listing the dead letter queue reads only it), `history_list` and `dlq_list` the listing's
- * summaries of those records (listing.ts), `raw` the bytes of messages up to 4 MB, `rawfs` a
- * GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`).
+ * listing and counting the dead letter queue reads only it), `delivered_list` and `dlq_list` the
+ * listing's summaries of those records (listing.ts), `raw` the bytes of messages up to 4 MB,
+ * `rawfs` a GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`).
+ * `history_list` is the hourly layout's listing of delivered records, read until retention.
  */
-export type PartitionKind = 'history' | 'dlq' | 'history_list' | 'dlq_list' | 'raw' | 'rawfs';
+export type PartitionKind =
+  | 'history'
+  | 'dlq'
+  | 'delivered_list'
+  | 'dlq_list'
+  | 'history_list'
+  | 'raw'
+  | 'rawfs';
 export type RecordKind = Extract<PartitionKind, 'history' | 'dlq'>;
+/** The kinds the earlier hourly layout had: each was by the hour. */
+export type HourlyLayoutKind = Exclude<PartitionKind, 'delivered_list'>;
+
+/** The span each kind is partitioned by now (see the header). */
+const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> = Object.freeze({
+  history: DAY_MS,
+  dlq: DAY_MS,
+  delivered_list: HOUR_MS,
+  dlq_list: DAY_MS,
+  raw: DAY_MS,
+  rawfs: DAY_MS,
+});
 
 export interface Partition {
   kind: PartitionKind;
-  /** `YYYYMMDDHH`, UTC: sorts as time does */
+  /** `YYYYMMDD` (a UTC day) or `YYYYMMDDHH` (a UTC hour): sorts as time does within one length */
   key: string;
   /** the collection's name (for a GridFS bucket: the bucket's name) */
   name: string;
 }
 
-/** The partition key of a moment: its UTC hour, `YYYYMMDDHH`. */
-export function partitionKey(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 13).replace(/[-T]/g, '');
-}
-
-/** Where the partition's hour begins, ms since the epoch. */
-export function partitionStart(key: string): number {
-  return Date.UTC(
-    Number(key.slice(0, 4)),
-    Number(key.slice(4, 6)) - 1,
-    Number(key.slice(6, 8)),
-    Number(key.slice(8, 10)),
-  );
+/** The key of the day (`YYYYMMDD`) or hour (`YYYYMMDDHH`) that holds a moment, UTC. */
+function keyAt(spanMs: number, ms: number): string {
+  return new Date(ms)
+    .toISOString()
+    .slice(0, spanMs === DAY_MS ? 10 : 13)
+    .replace(/[-T]/g, '');
 }
 
 /** The time a message id carries (ids are `m-<13-digit ms><sequence><random>`). */
@@ -46,15 +72,52 @@ export function idMs(id: string): number {
   return Number(id.slice(2, 15));
 }
 
-export function partitionOfId(id: string): string {
-  return partitionKey(idMs(id));
+/** The key of the partition of `kind` that holds the message `id` (or, with a number, that moment). */
+export function partitionKeyOf(kind: keyof typeof SPAN_MS, idOrMs: string | number): string {
+  return keyAt(SPAN_MS[kind], typeof idOrMs === 'number' ? idOrMs : idMs(idOrMs));
+}
+
+/** The collection of `kind` that holds the message `id`. */
+export function partitionOf(kind: keyof typeof SPAN_MS, id: string): string {
+  return partitionName(kind, partitionKeyOf(kind, id));
+}
+
+/** The collection of `kind` that the earlier hourly layout kept the message `id` in. */
+export function legacyPartitionOf(kind: HourlyLayoutKind, id: string): string {
+  return partitionName(kind, keyAt(HOUR_MS, idMs(id)));
+}
+
+/** Where a partition's span begins, ms since the epoch. */
+export function partitionStart(key: string): number {
+  return Date.UTC(
+    Number(key.slice(0, 4)),
+    Number(key.slice(4, 6)) - 1,
+    Number(key.slice(6, 8)),
+    isHourKey(key) ? Number(key.slice(8, 10)) : 0,
+  );
+}
+
+/** Where a partition's span ends (the start of the next one), ms since the epoch. */
+export function partitionEnd(key: string): number {
+  return partitionStart(key) + (isHourKey(key) ? HOUR_MS : DAY_MS);
+}
+
+/** Whether a key names an hour (`YYYYMMDDHH`) rather than a day. */
+export function isHourKey(key: string): boolean {
+  return key.length === 10;
+}
+
+/** Where the UTC day that holds a partition's span ends: retention goes by it (housekeeping.ts). */
+export function dayEnd(key: string): number {
+  return partitionEnd(key.slice(0, 8));
 }
 
 export function partitionName(kind: PartitionKind, key: string): string {
   return `${kind}_${key}`;
 }
 
-const NAME = /^(history|dlq|history_list|dlq_list|raw|rawfs)_(\d{10})(\.files|\.chunks)?$/;
+const NAME =
+  /^(history|dlq|delivered_list|dlq_list|history_list|raw|rawfs)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {
@@ -73,7 +136,8 @@ const CATALOG_REFRESH_MS = 5000;
  * FerretDB over SQLite), read again every few seconds in the background, never on a request's
  * path once the first read is done. A partition this process writes to is known at once; one
  * that another process created is seen at the next refresh. Listings also always look at the
- * current and the previous hour, so a message archived a moment ago elsewhere is never missing.
+ * current and the previous span of each kind they read, so a message archived a moment ago
+ * elsewhere is never missing.
  */
 export class PartitionCatalog {
   private readonly db: Db;
@@ -85,30 +149,23 @@ export class PartitionCatalog {
     this.db = db;
   }
 
-  /** Every partition, newest first; `fresh` reads the collection list now. */
+  /** Every partition, newest first (by the end of its span); `fresh` reads the collection list now. */
   async list(options: { fresh?: boolean } = {}): Promise<Partition[]> {
-    if (options.fresh) await this.fetch();
-    else {
-      this.first ??= this.fetch().then(
-        () => {
-          this.timer = setInterval(() => void this.fetch().catch(() => {}), CATALOG_REFRESH_MS);
-          this.timer.unref();
-        },
-        (err: unknown) => {
-          this.first = undefined; // the database was away: the next listing asks again
-          throw err;
-        },
-      );
-      await this.first;
-    }
-    return [...this.known.values()].sort((a, b) => (a.key < b.key ? 1 : a.key > b.key ? -1 : 0));
+    await (options.fresh ? this.fetch() : this.loaded());
+    return [...this.known.values()].sort((a, b) => partitionEnd(b.key) - partitionEnd(a.key));
+  }
+
+  /** Whether a partition exists, as far as this catalog knows. */
+  async has(name: string): Promise<boolean> {
+    await this.loaded();
+    return this.known.has(name);
   }
 
   /** Records that this process created (or wrote to) a partition; true when it was new here. */
-  note(kind: PartitionKind, key: string): boolean {
-    const name = partitionName(kind, key);
+  note(name: string): boolean {
     if (this.known.has(name)) return false;
-    this.known.set(name, { kind, key, name });
+    const partition = parsePartitionName(name);
+    if (partition) this.known.set(name, partition);
     return true;
   }
 
@@ -118,6 +175,20 @@ export class PartitionCatalog {
 
   stop(): void {
     clearInterval(this.timer);
+  }
+
+  private loaded(): Promise<void> {
+    this.first ??= this.fetch().then(
+      () => {
+        this.timer = setInterval(() => void this.fetch().catch(() => {}), CATALOG_REFRESH_MS);
+        this.timer.unref();
+      },
+      (err: unknown) => {
+        this.first = undefined; // the database was away: the next caller asks again
+        throw err;
+      },
+    );
+    return this.first;
   }
 
   private async fetch(): Promise<void> {

@@ -1,32 +1,28 @@
-// Raw messages, byte for byte as received, kept in the hourly partition of their acceptance
-// (`raw_<YYYYMMDDHH>`, see partitions.ts) under the message's own id, gzip-compressed (level 1, in
-// libuv's thread pool, never on the event loop): retention drops a whole hour at once, and a
-// lookup is exactly `{_id: X}` on one small collection. A message up to RAW_DOCUMENT_MAX_BYTES is
+// Raw messages, byte for byte as received, kept in the daily partition of their acceptance
+// (`raw_<YYYYMMDD>`, see partitions.ts) under the message's own id, gzip-compressed (level 1, in
+// libuv's thread pool, never on the event loop): retention drops a whole day at once, and a
+// lookup is exactly `{_id: X}` on one collection. A message up to RAW_DOCUMENT_MAX_BYTES is
 // one document, and the documents of messages accepted at the same moment go to the database in
 // one insert (one round trip, one commit). Anything larger is compressed and streamed into the
-// hour's GridFS bucket (`rawfs_<YYYYMMDDHH>`) while it arrives, so it is never gathered in a second
+// day's GridFS bucket (`rawfs_<YYYYMMDD>`) while it arrives, so it is never gathered in a second
 // buffer for storage and the 16 MB document limit never applies.
 //
-// Records written before the partitions existed carry a `raw_id` (an ObjectId) instead: their
-// bytes are read from the old `raw.documents` collection or `raw` bucket, uncompressed.
+// Bytes stored by the earlier hourly layout (`raw_<YYYYMMDDHH>`) are found there. Records written
+// before the partitions existed carry a `raw_id` (an ObjectId) instead: their bytes are read from
+// the old `raw.documents` collection or `raw` bucket, uncompressed.
 import { PassThrough, Readable } from 'node:stream';
-import { promisify } from 'node:util';
-import { createGunzip, createGzip, gunzip, gzip } from 'node:zlib';
+import { createGunzip, createGzip } from 'node:zlib';
 import { Binary, type Collection, GridFSBucket, type ObjectId } from 'mongodb';
+import { compress, decompress, GZIP } from './compression.ts';
 import { DURABLE } from './connection.ts';
 import type { RawDocument } from './documents.ts';
 import type { Store } from './mongo.ts';
-import { partitionName, partitionOfId } from './partitions.ts';
+import { legacyPartitionOf, partitionOf } from './partitions.ts';
 
 /** Messages up to this size are stored as one document; above it, in GridFS. */
 export const RAW_DOCUMENT_MAX_BYTES = 4 * 1024 * 1024;
 /** GridFS chunk size for the large ones: fewer, larger inserts than GridFS's 255 KB default. */
 const CHUNK_BYTES = 1024 * 1024;
-/** Fast compression: mail text shrinks to about half at a fraction of a millisecond per 10 KB. */
-const GZIP = Object.freeze({ level: 1 });
-
-const gzipAsync = promisify(gzip);
-const gunzipAsync = promisify(gunzip);
 
 /** Where a message's raw bytes are: by its id, or (records of the earlier layout) by `raw_id`. */
 export interface RawLocation {
@@ -34,22 +30,15 @@ export interface RawLocation {
   raw_id?: ObjectId;
 }
 
-function rawCollection(store: Store, messageId: string): Collection<RawDocument> {
-  return store.db.collection<RawDocument>(partitionName('raw', partitionOfId(messageId)));
-}
-
-function rawBucket(store: Store, messageId: string): GridFSBucket {
-  return new GridFSBucket(store.db, {
-    bucketName: partitionName('rawfs', partitionOfId(messageId)),
-    writeConcern: DURABLE,
-  });
+function rawBucket(store: Store, name: string): GridFSBucket {
+  return new GridFSBucket(store.db, { bucketName: name, writeConcern: DURABLE });
 }
 
 /** Compresses and stores one message's bytes as a document (batched with others); throws on failure. */
 async function insertRawDocument(store: Store, messageId: string, bytes: Uint8Array): Promise<void> {
-  const data = new Binary(await gzipAsync(bytes, GZIP));
-  const name = partitionName('raw', partitionOfId(messageId));
-  store.partitions.note('raw', partitionOfId(messageId));
+  const data = new Binary(await compress(bytes));
+  const name = partitionOf('raw', messageId);
+  store.partitions.note(name);
   const outcome = await store.writes.rawInserts.submit(name, { _id: messageId, data, size: bytes.length });
   if (outcome) throw outcome;
 }
@@ -64,12 +53,12 @@ export async function insertRawMany(
 ): Promise<void> {
   const byName = new Map<string, RawDocument[]>();
   for (const { id, bytes } of messages) {
-    const name = partitionName('raw', partitionOfId(id));
-    const doc = { _id: id, data: new Binary(await gzipAsync(bytes, GZIP)), size: bytes.length };
+    const name = partitionOf('raw', id);
+    const doc = { _id: id, data: new Binary(await compress(bytes)), size: bytes.length };
     const docs = byName.get(name);
     if (docs) docs.push(doc);
     else byName.set(name, [doc]);
-    store.partitions.note('raw', partitionOfId(id));
+    store.partitions.note(name);
   }
   for (const [name, docs] of byName)
     await store.db.collection<RawDocument>(name).insertMany(docs, { ordered: false, writeConcern: DURABLE });
@@ -101,8 +90,9 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
   };
 
   const startStreaming = () => {
-    store.partitions.note('rawfs', partitionOfId(messageId));
-    upload = rawBucket(store, messageId).openUploadStreamWithId(messageId as never, messageId, {
+    const bucket = partitionOf('rawfs', messageId);
+    store.partitions.note(bucket);
+    upload = rawBucket(store, bucket).openUploadStreamWithId(messageId as never, messageId, {
       chunkSizeBytes: CHUNK_BYTES,
       metadata: { encoding: 'gzip' },
     });
@@ -147,7 +137,8 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
         compressor?.destroy();
         await upload.abort().catch(() => {});
       } else
-        await rawCollection(store, messageId)
+        await store.db
+          .collection<RawDocument>(partitionOf('raw', messageId))
           .deleteOne({ _id: messageId })
           .catch(() => {});
     },
@@ -174,14 +165,23 @@ export async function rawExists(store: Store, message: RawLocation): Promise<boo
   return (await findRaw(store, message._id)) !== undefined;
 }
 
-type Found = { document: RawDocument } | { file: true };
+type Found = { document: RawDocument } | { bucket: string };
 
+/** Where the bytes of `messageId` are: its day's partitions, then its hour's of the earlier layout. */
 async function findRaw(store: Store, messageId: string): Promise<Found | undefined> {
-  const document = await rawCollection(store, messageId).findOne({ _id: messageId });
-  if (document) return { document };
-  const bucket = partitionName('rawfs', partitionOfId(messageId));
-  const file = await store.db.collection(`${bucket}.files`).findOne({ _id: messageId as never });
-  return file ? { file: true } : undefined;
+  const places: Array<{ raw: string; rawfs: string }> = [
+    { raw: partitionOf('raw', messageId), rawfs: partitionOf('rawfs', messageId) },
+  ];
+  const legacy = { raw: legacyPartitionOf('raw', messageId), rawfs: legacyPartitionOf('rawfs', messageId) };
+  if ((await store.partitions.has(legacy.raw)) || (await store.partitions.has(legacy.rawfs)))
+    places.push(legacy);
+  for (const { raw, rawfs } of places) {
+    const document = await store.db.collection<RawDocument>(raw).findOne({ _id: messageId });
+    if (document) return { document };
+    const file = await store.db.collection(`${rawfs}.files`).findOne({ _id: messageId as never });
+    if (file) return { bucket: rawfs };
+  }
+  return undefined;
 }
 
 /** The bytes as received, or undefined when they are gone (raw retention). */
@@ -189,7 +189,7 @@ export async function readRaw(store: Store, message: RawLocation): Promise<Buffe
   if (!message.raw_id) {
     const found = await findRaw(store, message._id);
     if (!found) return undefined;
-    if ('document' in found) return gunzipAsync(found.document.data.buffer);
+    if ('document' in found) return decompress(found.document.data.buffer);
   }
   const stream = await openRawStream(store, message);
   if (!stream) return undefined;
@@ -215,9 +215,9 @@ export async function openRawStream(store: Store, message: RawLocation): Promise
   }
   const found = await findRaw(store, message._id);
   if (!found) return undefined;
-  if ('document' in found) return Readable.from([await gunzipAsync(found.document.data.buffer)]);
+  if ('document' in found) return Readable.from([await decompress(found.document.data.buffer)]);
   const out = new PassThrough();
-  const download = rawBucket(store, message._id).openDownloadStream(message._id as never);
+  const download = rawBucket(store, found.bucket).openDownloadStream(message._id as never);
   const inflate = createGunzip();
   download.on('error', (err) => out.destroy(err));
   inflate.on('error', (err) => out.destroy(err));

@@ -1,16 +1,31 @@
 // The read side of messages: one by id, and newest-first listings, over the working set and the
-// hourly history partitions. A lookup by id is exactly `{_id: X}` on the working set and on the
-// two partitions the id names. A listing reads the working set and then the listing partitions
-// (listing.ts) hour by hour from the newest (ids carry their time), only until the page is full:
-// a page costs the packed summaries of the hours it spans, never the whole history.
+// history partitions. A lookup by id is exactly `{_id: X}` on the working set and on the
+// partitions the id names. A listing reads the working set and then the listing partitions
+// (listing.ts) from the newest (ids carry their time), only until the page is full: a page costs
+// the packed summaries of the hours (and, for the dead letter queue, days) it spans, never the
+// whole history.
 import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
-import { listingKind, type MessageSummary, readEntries, SUMMARY_FIELDS } from './listing.ts';
+import {
+  hourlyListingKind,
+  listingKind,
+  type MessageSummary,
+  readEntries,
+  SUMMARY_FIELDS,
+  unlistedPartitions,
+} from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { PARTITION_MS, partitionKey, partitionName, partitionOfId, type RecordKind } from './partitions.ts';
+import {
+  idMs,
+  partitionEnd,
+  partitionKeyOf,
+  partitionName,
+  partitionStart,
+  type RecordKind,
+} from './partitions.ts';
 import type { ArchivedRecord } from './records.ts';
 
 /** A message by id: in the working set while in flight, else in its history partition. */
@@ -50,8 +65,8 @@ function kindsFor(state: MessageStateName | undefined): RecordKind[] {
 
 const newestFirst = (a: MessageSummary, b: MessageSummary) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0);
 
-/** Hours read at once, at most: a sparse listing (the dead letter queue) spans many hours. */
-const MAX_HOURS_AT_ONCE = 16;
+/** Partitions read at once, at most: a sparse listing (the dead letter queue) spans many. */
+const MAX_SOURCES_AT_ONCE = 16;
 
 /** Newest first (by id, which is the acceptance time), skipping `offset`, at most `limit`. */
 export async function listMessages(store: Store, query: MessageQuery): Promise<MessageSummary[]> {
@@ -59,39 +74,48 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   const base: Filter<MessageDoc> = {};
   if (query.domain) base.domains = query.domain;
   if (query.before) base._id = { $lt: query.before };
-  const live = await store.messages
+  // asked at once, beside the partitions
+  const reading = store.messages
     .find(query.state ? { ...base, state: query.state } : base)
     .sort({ _id: -1 })
     .limit(want)
     .toArray();
+  reading.catch(() => {}); // awaited below; a failure meanwhile is not unhandled
 
   const kinds = kindsFor(query.state);
   const archived: MessageSummary[] = [];
   if (kinds.length > 0) {
-    const { hours, unlisted } = await hoursToRead(store, kinds, query.before);
+    const sources = await sourcesToRead(store, kinds, query.before);
     const inQuery = (summary: MessageSummary) =>
       (!query.domain || summary.domains.includes(query.domain)) &&
       (!query.before || summary._id < query.before);
-    // the hours newest first: one, then as many at once as the rate seen so far says the page still
-    // needs (a sparse listing such as the dead letter queue spans many hours). Every older hour
-    // holds only older messages, so once `want` are found the rest cannot count
-    for (let next = 0; next < hours.length && archived.length < want; ) {
-      const perHour = next === 0 ? want : archived.length / next;
-      const count = Math.min(MAX_HOURS_AT_ONCE, Math.max(1, Math.ceil((want - archived.length) / perHour)));
-      const keys = hours.slice(next, next + count);
-      next += keys.length;
+    // newest first: the newest partition of each kind, then as many at once as the density found
+    // so far says the page still needs (a sparse listing spans many). A partition not read yet
+    // holds only messages older than its end, so once `want` are found at or after the newest such
+    // end, the rest cannot count
+    const top = Math.min(Date.now(), query.before ? idMs(query.before) : Number.POSITIVE_INFINITY);
+    for (let next = 0; next < sources.length; ) {
+      const boundary = sources[next]!.end;
+      const complete = archived.reduce((n, summary) => (idMs(summary._id) >= boundary ? n + 1 : n), 0);
+      if (complete >= want) break;
+      let end = next + Math.max(kinds.length, Math.min(MAX_SOURCES_AT_ONCE, next));
+      if (complete > 0) {
+        // how far back the rest of the page reaches at the density of [boundary, top)
+        const reach = boundary - ((want - complete) * Math.max(0, top - boundary)) / complete;
+        end = next + 1;
+        while (end < sources.length && end - next < MAX_SOURCES_AT_ONCE && sources[end]!.end > reach) end++;
+      }
+      const batch = sources.slice(next, end);
+      next += batch.length;
       const found = await Promise.all(
-        keys.flatMap((key) =>
-          kinds.map((kind) =>
-            unlisted.has(partitionName(kind, key))
-              ? readRecords(store, kind, key, base, want)
-              : readEntries(store, kind, key),
-          ),
+        batch.map((source) =>
+          source.unlisted ? readRecords(store, source.name, base, want) : readEntries(store, source.name),
         ),
       );
       archived.push(...found.flat().filter(inQuery));
     }
   }
+  const live = await reading;
   // room for archived messages that turn out to be in the working set (a replay): they are left out
   const candidates = archived.sort(newestFirst).slice(0, want + 64);
 
@@ -111,47 +135,57 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
 /** The records of a partition written before listing partitions existed (see housekeeping.ts). */
 async function readRecords(
   store: Store,
-  kind: RecordKind,
-  key: string,
+  name: string,
   filter: Filter<MessageDoc>,
   limit: number,
 ): Promise<MessageSummary[]> {
   const projection = Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, 1]));
   return store.db
-    .collection<ArchivedRecord>(partitionName(kind, key))
+    .collection<ArchivedRecord>(name)
     .find(filter as Filter<ArchivedRecord>, { projection })
     .sort({ _id: -1 })
     .limit(limit)
     .toArray();
 }
 
+/** A partition a listing reads, with its span. */
+interface Source {
+  name: string;
+  start: number;
+  end: number;
+  /** a record partition of the first hourly layout that has no listing partition (yet): its records */
+  unlisted: boolean;
+}
+
 /**
- * The hours whose partitions of these kinds exist, newest first, up to the cursor's hour, and the
- * record partitions among them that have no listing partition (yet). The current and the previous
- * hour are always included: another process may have created them a moment ago, after this one
- * last read the catalog (a query on a missing collection finds nothing).
+ * The listing partitions of these kinds that exist (of both layouts), and the record partitions of
+ * the first hourly layout that have none, newest first, up to the cursor's time. The current and
+ * the previous span of each listing kind are always included: another process may have created
+ * them a moment ago, after this one last read the catalog (a query on a missing collection finds
+ * nothing).
  */
-async function hoursToRead(
+async function sourcesToRead(
   store: Store,
   kinds: RecordKind[],
   before: string | undefined,
-): Promise<{ hours: string[]; unlisted: Set<string> }> {
+): Promise<Source[]> {
+  const sources = new Map<string, Source>();
+  const add = (name: string, key: string, unlisted = false) =>
+    sources.set(name, { name, start: partitionStart(key), end: partitionEnd(key), unlisted });
   const now = Date.now();
-  const hours = new Set([partitionKey(now), partitionKey(now - PARTITION_MS)]);
-  const records = new Set<string>();
-  const listed = new Set<string>();
-  for (const partition of await store.partitions.list()) {
-    const kind = kinds.find((kind) => partition.kind === kind || partition.kind === listingKind(kind));
-    if (!kind) continue;
-    hours.add(partition.key);
-    (partition.kind === kind ? records : listed).add(partitionName(kind, partition.key));
+  for (const kind of kinds) {
+    const current = partitionKeyOf(listingKind(kind), now);
+    const previous = partitionKeyOf(listingKind(kind), partitionStart(current) - 1);
+    for (const key of [current, previous]) add(partitionName(listingKind(kind), key), key);
   }
-  const until = before ? partitionOfId(before) : undefined;
-  return {
-    hours: [...hours]
-      .filter((key) => until === undefined || key <= until)
-      .sort()
-      .reverse(),
-    unlisted: new Set([...records].filter((name) => !listed.has(name))),
-  };
+  const catalog = await store.partitions.list();
+  for (const { kind, key, name } of catalog)
+    if (kinds.some((listed) => listingKind(listed) === kind || hourlyListingKind(listed) === kind))
+      add(name, key);
+  for (const { kind, key, name } of unlistedPartitions(catalog))
+    if (kinds.includes(kind as RecordKind)) add(name, key, true);
+  const until = before ? idMs(before) : undefined;
+  return [...sources.values()]
+    .filter((source) => until === undefined || source.start <= until)
+    .sort((a, b) => b.end - a.end);
 }

@@ -6,14 +6,14 @@ import { type Connection, DURABLE, insertEach } from './connection.ts';
 import type { RawDocument } from './documents.ts';
 import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
-import { appendEntries } from './listing.ts';
+import { appendEntriesOf } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import { parsePartitionName, type RecordKind } from './partitions.ts';
 import type { Archived, ArchivedRecord } from './records.ts';
 
 /** A connection's batched writes; each resolves its own write's outcome. */
 export interface StoreWrites {
-  /** raw documents, per hourly partition (raw.ts) */
+  /** raw documents, per daily partition (raw.ts) */
   readonly rawInserts: BatcherPerName<RawDocument, Error | undefined>;
   /** newly accepted messages into the working set (working-set.ts) */
   readonly messageInserts: Batcher<MessageDoc, Error | undefined>;
@@ -26,15 +26,17 @@ export interface StoreWrites {
 }
 
 /**
- * One batch of final records into a partition, then their listing entries in one insert. A record
- * already there (an archive re-run after a crash) is replaced. A failure of the entries fails the
- * whole batch: it is retried, and records already stored are then replaced.
+ * One batch of final records into a partition, then their listing entries, one insert per listing
+ * partition (usually one). A record already there (an archive re-run after a crash) is replaced. A
+ * failure of the entries fails the whole batch: it is retried, and records already stored are
+ * then replaced.
  */
 async function storeRecords(
   connection: Connection,
   name: string,
   batch: Archived[],
 ): Promise<Array<Error | undefined>> {
+  connection.partitions.note(name);
   const collection = connection.db.collection<ArchivedRecord>(name);
   const outcomes = await insertEach(
     collection,
@@ -46,9 +48,8 @@ async function storeRecords(
     await collection.replaceOne({ _id: record._id }, record, { writeConcern: DURABLE });
     outcomes[i] = undefined;
   }
-  const { kind, key } = parsePartitionName(name)!;
   const entries = batch.filter((_, i) => outcomes[i] === undefined).map((archived) => archived.entry);
-  await appendEntries(connection, kind as RecordKind, key, entries);
+  await appendEntriesOf(connection, parsePartitionName(name)!.kind as RecordKind, entries);
   return outcomes;
 }
 

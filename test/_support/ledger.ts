@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { MessageStateName as MessageState } from '../../src/lifecycle/tables.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import type { Store } from '../../src/store/mongo.ts';
-import { partitionName, partitionOfId } from '../../src/store/partitions.ts';
+import { partitionOf } from '../../src/store/partitions.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import type { WebhookReceiver } from './receiver.ts';
 import { sendRaw } from './smtp.ts';
@@ -115,7 +115,7 @@ async function statesOf(store: Store, ids: string[]): Promise<Array<{ _id: strin
   for (const id of ids) {
     if (seen.has(id)) continue;
     for (const kind of ['history', 'dlq'] as const) {
-      const name = partitionName(kind, partitionOfId(id));
+      const name = partitionOf(kind, id);
       const some = byPartition.get(name);
       if (some) some.push(id);
       else byPartition.set(name, [id]);

@@ -6,7 +6,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import test from 'ava';
 import { attachmentUrl } from '../../src/signing/attachment-url.ts';
 import { openStore } from '../../src/store/mongo.ts';
-import { partitionName, partitionOfId } from '../../src/store/partitions.ts';
+import { partitionOf } from '../../src/store/partitions.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkSchema } from '../_support/openapi.ts';
 import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -165,8 +165,8 @@ test.serial('an expired URL is 403; after the original is removed, 410', async (
   t.is(res.status, 403);
   t.regex(res.body.message, /expired/);
 
-  // what raw retention does: the hour's raw partitions are dropped (a 12 MB message is in GridFS)
-  for (const name of [partitionName('raw', partitionOfId(id)), partitionName('rawfs', partitionOfId(id))])
+  // what raw retention does: the day's raw partitions are dropped (a 12 MB message is in GridFS)
+  for (const name of [partitionOf('raw', id), partitionOf('rawfs', id)])
     for (const collection of [name, `${name}.files`, `${name}.chunks`])
       await store.db.dropCollection(collection).catch(() => false);
   const url = new URL(entries[0]!.url!);

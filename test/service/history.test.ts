@@ -1,10 +1,12 @@
-// The working set and the hourly history partitions: a final message leaves `messages` and stays
+// The working set and the history partitions: a final message leaves `messages` and stays
 // readable; listings across partitions (and midnight) are complete, ordered and free of duplicates
-// under offset and under the keyset cursor; retention drops exactly the hours past its settings and
-// nothing in flight; raw bytes past RAW_RETENTION are 410; a database of the earlier layout stays
-// readable while and after its records move.
+// under offset and under the keyset cursor; retention drops exactly the days past its settings and
+// nothing in flight; raw bytes past RAW_RETENTION are 410; databases of the earlier layouts (final
+// records in the working set; hourly partitions) stay readable.
+
+import { gzipSync } from 'node:zlib';
 import test from 'ava';
-import { Binary, GridFSBucket, ObjectId } from 'mongodb';
+import { Binary, BSON, GridFSBucket, ObjectId } from 'mongodb';
 import { seedHistory } from '../../scripts/bench/seed.ts';
 import type { MessageView } from '../../src/api/messages.ts';
 import { createLogger } from '../../src/log/logger.ts';
@@ -13,9 +15,10 @@ import { Housekeeping } from '../../src/store/housekeeping.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
-import { PARTITION_MS, partitionName, partitionOfId, partitionStart } from '../../src/store/partitions.ts';
+import { legacyPartitionOf, partitionEnd, partitionKeyOf, partitionOf } from '../../src/store/partitions.ts';
 import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
+import { type ArchivedRecord, packRecord } from '../../src/store/records.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
@@ -55,11 +58,22 @@ function defaultHousekeeping(store: Store, now: number): Housekeeping {
   });
 }
 
+/** What its actor does with a replayed message delivered this time: the final write, as its owner. */
+async function deliverAsOwner(store: Store, restored: MessageDoc): Promise<boolean> {
+  const delivered: MessageDoc = { ...restored, state: 'delivered', version: restored.version + 1 };
+  delete delivered.due_at;
+  delete delivered.scheduled;
+  delete delivered.lease_owner;
+  await store.messages.replaceOne({ _id: restored._id }, delivered);
+  const owner = { id: restored._id, epoch: delivered.lease_epoch, version: delivered.version };
+  return archiveAsOwner(store, owner, delivered);
+}
+
 async function collectionNames(store: Store): Promise<Set<string>> {
   return new Set((await store.db.listCollections({}, { nameOnly: true }).toArray()).map((c) => c.name));
 }
 
-test('a final message leaves the working set for its hour, and is still read by id and in listings', async (t) => {
+test('a final message leaves the working set for its day, and is still read by id and in listings', async (t) => {
   const { service, api, receiver, uri } = await startPipeline(t, { label: 'archive' });
   await routeTo({ api, receiver }, 'archive.example', '/in');
   receiver.on('/dead', { status: 500 });
@@ -87,11 +101,11 @@ test('a final message leaves the working set for its hour, and is still read by 
     { everyMs: 100 },
   );
   t.is(await store.messages.countDocuments({ _id: { $in: [delivered, dead] } }), 0);
-  const historyHour = store.db.collection<MessageDoc>(partitionName('history', partitionOfId(delivered)));
-  const dlqHour = store.db.collection<MessageDoc>(partitionName('dlq', partitionOfId(dead)));
-  t.is((await historyHour.findOne({ _id: delivered }))?.state, 'delivered');
-  t.is((await dlqHour.findOne({ _id: dead }))?.state, 'dlq');
-  t.is(await historyHour.countDocuments({ _id: dead }), 0, 'a dead-lettered record is kept apart');
+  const historyDay = store.db.collection<MessageDoc>(partitionOf('history', delivered));
+  const dlqDay = store.db.collection<MessageDoc>(partitionOf('dlq', dead));
+  t.is((await historyDay.findOne({ _id: delivered }))?.state, 'delivered');
+  t.is((await dlqDay.findOne({ _id: dead }))?.state, 'dlq');
+  t.is(await historyDay.countDocuments({ _id: dead }), 0, 'a dead-lettered record is kept apart');
 
   const detail = await api.get<{ state: string; attempts: unknown[] }>(`/messages/${dead}`);
   t.is(detail.body.state, 'dlq');
@@ -113,13 +127,9 @@ test('a final message leaves the working set for its hour, and is still read by 
   receiver.on('/dead', { status: 204 });
   t.is((await api.post(`/messages/${dead}/retry`, {})).status, 202);
   await waitForState(api, dead, ['delivered']);
-  t.is(await dlqHour.countDocuments({ _id: dead }), 0);
+  t.is(await dlqDay.countDocuments({ _id: dead }), 0);
   t.is(
-    (
-      await store.db
-        .collection<MessageDoc>(partitionName('history', partitionOfId(dead)))
-        .findOne({ _id: dead })
-    )?.state,
+    (await store.db.collection<MessageDoc>(partitionOf('history', dead)).findOne({ _id: dead }))?.state,
     'delivered',
   );
 });
@@ -147,8 +157,9 @@ test.serial(
     await api.store.messages.insertMany(docs.filter((d) => d.state === 'failed'));
     // one in both places, as between its archiving and its removal from the working set
     await api.store.messages.insertOne({ ...final[0]!, state: 'retried' });
-    t.true((await collectionNames(api.store)).has(partitionName('history', '2026010123')));
-    t.true((await collectionNames(api.store)).has(partitionName('dlq', '2026010200')));
+    const names = await collectionNames(api.store);
+    for (const name of ['history_20260101', 'dlq_20260102', 'delivered_list_2026010123', 'dlq_list_20260101'])
+      t.true(names.has(name), name);
 
     const newestFirst = (list: MessageDoc[]) =>
       list
@@ -192,7 +203,7 @@ test.serial(
 );
 
 test.serial(
-  'retention drops exactly the hours past its settings, never what is in flight; raw past it is 410',
+  'retention drops exactly the days past its settings, never what is in flight; raw past it is 410',
   async (t) => {
     const api: RunningApi = await startApi({ label: 'retention' });
     t.teardown(() => api.close());
@@ -209,14 +220,15 @@ test.serial(
 
     const housekeeping = defaultHousekeeping(api.store, now);
     const report = await housekeeping.runOnce();
-    t.true(report.kept.includes(partitionName('raw', partitionOfId(inFlight))), report.kept.join());
+    t.true(report.kept.includes(partitionOf('raw', inFlight)), report.kept.join());
 
-    const hourEnd = (id: string) => partitionStart(partitionOfId(id)) + PARTITION_MS;
+    const dayEnd = (id: string) => partitionEnd(partitionKeyOf('history', id));
     let recordsGone = 0;
     let rawGone = 0;
     for (const id of ids) {
-      const recordKept = hourEnd(id) > now - 30 * DAY;
-      const rawKept = hourEnd(id) > now - 7 * DAY;
+      const recordKept = dayEnd(id) > now - 30 * DAY;
+      // the day of the message in flight keeps all its bytes
+      const rawKept = dayEnd(id) > now - 7 * DAY || dayEnd(id) === dayEnd(inFlight);
       t.is(Boolean(await getMessage(api.store, id)), recordKept, `record ${id}`);
       t.is(Boolean(await readRaw(api.store, { _id: id })), rawKept, `raw ${id}`);
       if (!recordKept) recordsGone++;
@@ -228,7 +240,9 @@ test.serial(
 
     // a record kept, its bytes gone: the record with its history, and 410 for the bytes
     const client = api.client.for(t);
-    const old = ids.find((id) => hourEnd(id) <= now - 7 * DAY && hourEnd(id) > now - 30 * DAY)!;
+    const old = ids.find(
+      (id) => dayEnd(id) <= now - 7 * DAY && dayEnd(id) > now - 30 * DAY && dayEnd(id) !== dayEnd(inFlight),
+    )!;
     t.is((await client.get(`/messages/${old}`)).status, 200);
     const gone = await client.get<{ error: string; message: string }>(`/messages/${old}/raw`);
     t.is(gone.status, 410);
@@ -315,7 +329,7 @@ test.serial(
 );
 
 test.serial(
-  'listing partitions: many entry sets are merged, a replayed message is listed by its current state, a partition without entries is still listed and given them',
+  'listing partitions: many entry sets are merged, a replayed message is listed by its current state',
   async (t) => {
     const api: RunningApi = await startApi({ label: 'listing' });
     t.teardown(() => api.close());
@@ -326,8 +340,7 @@ test.serial(
     );
     // one insert per record: as many entry sets as records, as a quiet hour's archive batches leave
     for (const doc of docs) await insertRecords(api.store, [doc]);
-    const key = partitionOfId(docs[0]!._id);
-    const entrySets = api.store.db.collection(partitionName('history_list', key));
+    const entrySets = api.store.db.collection(partitionOf('delivered_list', docs[0]!._id));
     t.is(await entrySets.countDocuments(), 24);
 
     const newestFirst = (list: MessageDoc[]) =>
@@ -347,40 +360,122 @@ test.serial(
     t.is(await entrySets.countDocuments(), 1);
     t.deepEqual(await listed(), expected(docs));
 
+    // a set as they were written before their entries were compressed JSON: one BSON value
+    const earlier = record(idAt('m', hour + 40_000, 40), 'delivered');
+    const { detail: _detail, ...summary } = packRecord(earlier);
+    await entrySets.insertOne({
+      entries: new Binary(BSON.serialize({ entries: [{ ...summary, version: earlier.version }] })),
+    });
+    docs.push(earlier);
+    t.deepEqual(await listed(), expected(docs));
+
     // a replay takes a dead letter out of its partition; it is delivered this time
     const dead = docs[5]!;
     const restored = await restoreRecord(api.store, dead, 'test-owner', 60_000);
     t.truthy(restored);
     // in the working set again (still dlq until its actor moves it): listed once, from there
     t.deepEqual(await listed('&state=dlq'), expected(docs.filter((d) => d.state === 'dlq')));
-    const delivered: MessageDoc = { ...restored!, state: 'delivered', version: restored!.version + 1 };
-    delete delivered.due_at;
-    delete delivered.scheduled;
-    delete delivered.lease_owner;
-    await api.store.messages.replaceOne({ _id: dead._id }, delivered);
-    t.true(
-      await archiveAsOwner(
-        api.store,
-        { id: dead._id, epoch: delivered.lease_epoch, version: delivered.version },
-        delivered,
-      ),
-    );
+    t.true(await deliverAsOwner(api.store, restored!));
     const now = docs.map((d) => (d === dead ? { ...d, state: 'delivered' as const } : d));
     t.deepEqual(await listed(), expected(now));
     t.deepEqual(await listed('&state=dlq'), expected(now.filter((d) => d.state === 'dlq')));
     t.deepEqual(await listed('&state=delivered'), expected(now.filter((d) => d.state === 'delivered')));
+  },
+);
 
-    // as a database written before listing partitions existed: the records are listed all the same
-    await api.store.db.dropCollection(partitionName('history_list', key));
-    await api.store.db.dropCollection(partitionName('dlq_list', key));
+test.serial(
+  'a database of the hourly layout: read by id, listed, its bytes served, replayed and dropped by retention',
+  async (t) => {
+    const api: RunningApi = await startApi({ label: 'hourly' });
+    t.teardown(() => api.close());
+    const client = api.client.for(t);
+    const { db } = api.store;
+    const now = Date.now();
+    // 12 final messages over about four hours, stored as the hourly layout did, and not yet listed
+    // (as before listing partitions existed); the largest in its hour's GridFS bucket
+    const legacy = Array.from({ length: 12 }, (_, n) =>
+      record(idAt('m', now - 5 * 3_600_000 + n * 20 * 60_000, n), n % 3 === 0 ? 'dlq' : 'delivered'),
+    );
+    const bodies = new Map<string, string>();
+    for (const [n, doc] of legacy.entries()) {
+      const body = `Subject: hourly ${n}\r\n\r\n${'z'.repeat(n === 4 ? 200_000 : 30)}\r\n`;
+      bodies.set(doc._id, body);
+      await db
+        .collection<ArchivedRecord>(legacyPartitionOf(doc.state === 'dlq' ? 'dlq' : 'history', doc._id))
+        .insertOne(packRecord(doc));
+      const data = gzipSync(body);
+      if (n === 4) {
+        const bucket = new GridFSBucket(db, { bucketName: legacyPartitionOf('rawfs', doc._id) });
+        await new Promise<void>((resolve, reject) => {
+          const upload = bucket.openUploadStreamWithId(doc._id as never, doc._id, {
+            metadata: { encoding: 'gzip' },
+          });
+          upload.once('finish', () => resolve());
+          upload.once('error', reject);
+          upload.end(data);
+        });
+      } else
+        await db
+          .collection(legacyPartitionOf('raw', doc._id))
+          .insertOne({ _id: doc._id as never, data: new Binary(data), size: body.length });
+    }
+    // messages of the same hours archived since the upgrade: in the daily partitions
+    const since = [1, 2].map((n) =>
+      record(idAt('m', now - 5 * 3_600_000 + n * 20 * 60_000 + 500, 50 + n), 'delivered'),
+    );
+    await insertRecords(api.store, since);
     await api.store.partitions.list({ fresh: true });
-    t.deepEqual(await listed(), expected(now));
-    const report = await defaultHousekeeping(api.store, hour + DAY).runOnce();
-    t.is(report.listed, 2);
-    const names = await collectionNames(api.store);
-    t.true(names.has(partitionName('history_list', key)) && names.has(partitionName('dlq_list', key)));
+    const all = [...legacy, ...since];
+
+    const newestFirst = (list: MessageDoc[]) =>
+      list
+        .map((d) => `${d._id} ${d.state}`)
+        .sort()
+        .reverse();
+    const readable = async (list: MessageDoc[], when: string) => {
+      const listed = async (query = '') =>
+        (await client.get<MessageView[]>(`/messages?limit=100${query}`)).body.map(
+          (m) => `${m.id} ${m.state}`,
+        );
+      t.deepEqual(await listed(), newestFirst(list), when);
+      t.deepEqual(await listed('&state=dlq'), newestFirst(list.filter((d) => d.state === 'dlq')), when);
+      for (const doc of list) {
+        t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state, when);
+        const body = bodies.get(doc._id);
+        if (body) t.is(await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(), body, when);
+      }
+    };
+    await readable(all, 'unlisted');
+
+    // housekeeping lists each hourly record partition in a listing partition of its own hour
+    const report = await defaultHousekeeping(api.store, now).runOnce();
+    const hourlyRecordPartitions = new Set(
+      legacy.map((d) => legacyPartitionOf(d.state === 'dlq' ? 'dlq' : 'history', d._id)),
+    );
+    t.is(report.listed, hourlyRecordPartitions.size);
+    t.true((await collectionNames(api.store)).has(legacyPartitionOf('dlq_list', legacy[0]!._id)));
     await api.store.partitions.list({ fresh: true });
-    t.deepEqual(await listed(), expected(now));
-    t.deepEqual(await listed('&state=dlq'), expected(now.filter((d) => d.state === 'dlq')));
+    await readable(all, 'listed');
+
+    // a replay takes a dead letter out of its hourly partition; delivered, it goes to its day's
+    const dead = legacy[3]!;
+    const restored = await restoreRecord(api.store, dead, 'test-owner', 60_000);
+    t.truthy(restored);
+    t.true(await deliverAsOwner(api.store, restored!));
+    t.is(
+      await db.collection(legacyPartitionOf('dlq', dead._id)).countDocuments({ _id: dead._id as never }),
+      0,
+    );
+    t.is(await db.collection(partitionOf('history', dead._id)).countDocuments({ _id: dead._id as never }), 1);
+    await readable(
+      all.map((d) => (d === dead ? { ...d, state: 'delivered' as const } : d)),
+      'replayed',
+    );
+
+    // retention drops the hourly partitions with the days they belong to
+    const later = await defaultHousekeeping(api.store, now + 32 * DAY).runOnce();
+    const left = [...(await collectionNames(api.store))].filter((name) => /_\d{8}(\d\d)?(\.|$)/.test(name));
+    t.deepEqual(left, [], later.dropped.join());
+    for (const doc of all) t.is((await client.get(`/messages/${doc._id}`)).status, 404);
   },
 );
