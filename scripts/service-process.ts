@@ -133,8 +133,9 @@ export function runToExit(
     output += chunk.toString();
   });
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  // 'close', not 'exit': the process may be gone before its last output has been read from the pipes
   return new Promise((resolve) =>
-    child.once('exit', (code) => {
+    child.once('close', (code) => {
       clearTimeout(timer);
       resolve({ code, output });
     }),
