@@ -51,13 +51,19 @@ function remember(key: string, entry: { until: number; value?: unknown; error?: 
   answers.set(key, entry);
 }
 
-/** mailauth's resolver, bounded by the message's budget: past it every lookup is a timeout. */
+/**
+ * mailauth's resolver, bounded by the message's budget: past it every lookup is a timeout. Its
+ * c-ares channel is made only when an answer is not kept: a message whose answers are all kept
+ * (mail from one sender comes in runs) needs none.
+ */
 function budgetedResolver(request: AuthRequest, deadline: number) {
-  const resolver = new Resolver({
-    timeout: Math.min(QUERY_TIMEOUT_MS, request.budgetMs),
-    tries: QUERY_TRIES,
-  });
-  if (request.dnsServers.length > 0) resolver.setServers([...request.dnsServers]);
+  let channel: Resolver | undefined;
+  const resolver = () => {
+    if (channel) return channel;
+    channel = new Resolver({ timeout: Math.min(QUERY_TIMEOUT_MS, request.budgetMs), tries: QUERY_TRIES });
+    if (request.dnsServers.length > 0) channel.setServers([...request.dnsServers]);
+    return channel;
+  };
   const servers = request.dnsServers.join(',');
   const lookup = async (name: string, rrtype: string): Promise<unknown> => {
     const key = `${servers}|${rrtype}|${name.toLowerCase()}`;
@@ -84,12 +90,12 @@ function budgetedResolver(request: AuthRequest, deadline: number) {
       timer = setTimeout(() => reject(new DnsError('ETIMEOUT', name)), left);
     });
     try {
-      return await Promise.race([resolver.resolve(name, rrtype), expired]);
+      return await Promise.race([resolver().resolve(name, rrtype), expired]);
     } finally {
       clearTimeout(timer);
     }
   };
-  return { lookup, cancel: () => resolver.cancel() };
+  return { lookup, cancel: () => channel?.cancel() };
 }
 
 const TEMPERROR: SenderAuth = Object.freeze({
