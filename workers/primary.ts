@@ -2,6 +2,8 @@
 // development default when none is configured), creates the indexes once, starts the history's
 // upkeep, and hands the cluster workers to the supervisor (src/service/supervisor.ts). Signals and
 // the exit code are handled here.
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describeConfig, loadConfigOrExit } from '../src/config/schema.ts';
 import { type ResolvedDatabase, resolveDatabase } from '../src/local-db/resolve.ts';
@@ -16,6 +18,11 @@ import { freePort } from '../src/util/ports.ts';
 /** a signal this soon after the first is the same one, delivered twice (npm forwards Ctrl-C) */
 const SAME_SIGNAL_MS = 1000;
 const PARENT_CHECK_MS = 500;
+
+// Workers start from V8's code cache of our modules and their dependencies (TypeScript already
+// stripped): loading them took 700 ms cold and 430 ms from the cache, and a worker that replaces a
+// dead one listens that much sooner. The workers inherit this environment.
+process.env.NODE_COMPILE_CACHE ||= path.join(os.tmpdir(), 'node-compile-cache');
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { role: 'primary' });

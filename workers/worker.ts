@@ -2,6 +2,7 @@
 // service and tells the primary; it listens when the primary says `activate` (at once for a serving
 // worker; a standby waits, prepared, to replace a dead worker in milliseconds) and reports its
 // ports. The messages are in the IPC schema (src/service/ipc.ts).
+import module from 'node:module';
 import { loadConfigOrExit } from '../src/config/schema.ts';
 import { EVENTS } from '../src/log/events.ts';
 import { createLogger } from '../src/log/logger.ts';
@@ -59,7 +60,12 @@ const store = await openStore({
     ),
 });
 const stats = config.statsFile ? recordProcessStats(store.client, config.statsFile, 'worker') : undefined;
-service = await prepareWorkerService({ config, store, logger, link });
+// the primary says which role it forked this process for (see WORKER_ROLE in supervisor.ts)
+const standby = process.env.WORKER_ROLE === 'standby';
+service = await prepareWorkerService({ config, store, logger, link, standby });
+// every module is loaded: the code cache (see primary.ts) is written now, not at an exit that a
+// SIGKILL would skip
+module.flushCompileCache();
 sendToPrimary({ type: 'prepared' });
 // run on its own, with no primary to answer: it serves at once
 if (!process.send) await activate();

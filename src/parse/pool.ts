@@ -196,6 +196,8 @@ export interface ParseLanesOptions {
   maxMessageBytes?: number;
   /** messages of this many bytes or more take the large lane; default 256 KiB */
   largeFromBytes?: number;
+  /** the small lane's threads start with start() or the first message, not now; default false */
+  deferSmallLane?: boolean;
 }
 
 /** What actors parse with: one pool, or lanes of pools. */
@@ -217,9 +219,10 @@ const SMALL_TASKS_PER_THREAD = 8;
  * was ten times its p50). With lanes the two kinds share the cores, not a queue.
  */
 export class ParseLanes implements Parser {
-  readonly #small: ParsePool;
+  #small: ParsePool | undefined;
   readonly #large: ParsePool;
   readonly #largeFromBytes: number;
+  readonly #makeSmall: () => ParsePool;
 
   constructor(options: ParseLanesOptions) {
     this.#largeFromBytes = positiveInteger(
@@ -237,10 +240,20 @@ export class ParseLanes implements Parser {
     // A parse waits for sender authentication's DNS answers (up to AUTH_DNS_BUDGET when a server
     // is silent): small messages share a thread while they wait, so a DNS outage does not cut the
     // rate to one message per budget. Large ones do not (the heap is sized for one at a time).
-    this.#small = pool(false, SMALL_TASKS_PER_THREAD);
+    this.#makeSmall = () => pool(false, SMALL_TASKS_PER_THREAD);
+    if (!options.deferSmallLane) this.start();
     // on demand: a process starting (a standby replacing a killed worker, on busy cores) boots one
     // parse thread, as before the lanes; the first large message pays the second one's start
     this.#large = pool(true, 1);
+  }
+
+  /**
+   * Starts the small lane's threads when they were deferred (else its first message would start
+   * them, and wait). A standby worker defers them until it listens: on busy cores it spends its
+   * start on getting ready to listen, not on threads it may never use.
+   */
+  start(): void {
+    this.#small ??= this.#makeSmall();
   }
 
   parse(input: ParseInput): Promise<PoolParseOutput> {
@@ -256,14 +269,16 @@ export class ParseLanes implements Parser {
   }
 
   #lane(raw: Uint8Array): ParsePool {
-    return raw.byteLength >= this.#largeFromBytes ? this.#large : this.#small;
+    if (raw.byteLength >= this.#largeFromBytes) return this.#large;
+    this.start();
+    return this.#small as ParsePool;
   }
 
   get queued(): number {
-    return this.#small.queued + this.#large.queued;
+    return (this.#small?.queued ?? 0) + this.#large.queued;
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.#small.close(), this.#large.close()]);
+    await Promise.all([this.#small?.close(), this.#large.close()]);
   }
 }

@@ -36,6 +36,8 @@ export interface WorkerServiceDeps {
   logger: Logger;
   /** the link to the cluster primary; absent when the service runs alone (in a test process) */
   link?: PrimaryLink;
+  /** a standby: its parse threads start when it listens, not while it prepares */
+  standby?: boolean;
 }
 
 /**
@@ -74,6 +76,7 @@ export async function prepareWorkerService({
   store,
   logger,
   link,
+  standby = false,
 }: WorkerServiceDeps): Promise<PreparedWorkerService> {
   collectProcessMetrics(String(cluster.worker?.id ?? 0));
   answerMetricsCollection();
@@ -98,6 +101,7 @@ export async function prepareWorkerService({
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
     maxMessageBytes: config.maxMessageSize,
+    deferSmallLane: standby,
   });
   const client = new WebhookClient({
     timeoutMs: config.webhookTimeout,
@@ -174,6 +178,7 @@ export async function prepareWorkerService({
       // a listener error after startup (EMFILE, say) is logged, not fatal
       smtp.on('error', (err: Error) => logger.error({ err }, 'smtp server error'));
       actors.start();
+      pool.start();
       service.httpPort = (app.server.address() as AddressInfo).port;
       service.smtpPort = (smtp.server.address() as AddressInfo).port;
       logger.info(

@@ -1,6 +1,6 @@
 // ParsePool against real piscina worker threads: a parse round trip, concurrency, a full queue, a
 // worker that runs out of heap, transfer of the raw bytes, and close(). ParseLanes: small messages
-// are not queued behind large ones.
+// are not queued behind large ones, and a standby's deferred small lane starts no thread early.
 
 import { readFileSync } from 'node:fs';
 import test from 'ava';
@@ -155,4 +155,38 @@ test('an on-demand pool takes a burst that arrives before its thread has started
     outputs.map((output) => (output.ok ? 'ok' : output.code)),
     Array(8).fill('ok'),
   );
+});
+
+/** This process's OS threads: a worker thread is one more. */
+function osThreads(): number {
+  return Number(/^Threads:\s+(\d+)/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1]);
+}
+
+async function threadsAfterSettling(): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  return osThreads();
+}
+
+// serial: AVA runs serial tests before the others, so no other test's threads come and go meanwhile
+test.serial('deferred lanes start no thread until start() or a small message; then they parse', async (t) => {
+  const before = await threadsAfterSettling();
+  const lanes = new ParseLanes({ threads: 1, deferSmallLane: true });
+  t.teardown(() => lanes.close());
+  t.is(await threadsAfterSettling(), before, 'no thread while deferred');
+  lanes.start();
+  t.true((await threadsAfterSettling()) > before, 'start() starts the small lane');
+  t.is(subjectOf(await lanes.parse(plainInput())), 'Printer on floor 3 is jammed');
+
+  // never started: the first small message starts the lane, and a close with no thread is fine
+  const untouched = new ParseLanes({ threads: 1, deferSmallLane: true });
+  t.is(subjectOf(await untouched.parse(plainInput())), 'Printer on floor 3 is jammed');
+  await untouched.close();
+  await new ParseLanes({ threads: 1, deferSmallLane: true }).close();
+});
+
+test.serial('lanes not deferred start the small lane at once', async (t) => {
+  const before = await threadsAfterSettling();
+  const lanes = new ParseLanes({ threads: 1 });
+  t.teardown(() => lanes.close());
+  t.true((await threadsAfterSettling()) > before);
 });
