@@ -10,6 +10,15 @@ import type { Store } from '../store/mongo.ts';
 import { writeAsOwner } from '../store/working-set.ts';
 import { applyChange, type Change, mergeChanges } from './change.ts';
 
+/**
+ * Until when (performance.now()) a lease that ends at `due` keeps claimants away, with half of what
+ * is left as margin (see Ownership.heldUntil); undefined when nothing is due (never assumed).
+ */
+function heldUntil(due: Date | undefined): number | undefined {
+  const left = due ? due.getTime() - Date.now() : 0;
+  return left > 0 ? performance.now() + left / 2 : undefined;
+}
+
 /** Thrown when a fenced write no longer matches: another owner has the message. */
 export class OwnershipLost extends Error {}
 
@@ -26,7 +35,12 @@ export class OwnedMessage {
   constructor(store: Store, doc: MessageDoc) {
     this.store = store;
     this.current = doc;
-    this.owner = { id: doc._id, epoch: doc.lease_epoch, version: doc.version };
+    this.owner = {
+      id: doc._id,
+      epoch: doc.lease_epoch,
+      version: doc.version,
+      heldUntil: heldUntil(doc.due_at),
+    };
   }
 
   /** The document as the writes so far (and a deferred change) leave it. */
@@ -68,12 +82,18 @@ export class OwnedMessage {
         this.lost = true;
         throw new OwnershipLost();
       }
-      this.owner = { ...this.owner, version };
+      this.owner = { ...this.owner, version, heldUntil: this.heldAfter(change) };
       // from the document as it is now: a change deferred while this write was in flight stays
       this.current = { ...applyChange(this.current, own), version };
     });
     this.writes = write.catch(() => {});
     return write;
+  }
+
+  /** How long the owner holds the message once `change` is written (it may move the lease). */
+  private heldAfter(change: Change): number | undefined {
+    if (change.set?.due_at) return heldUntil(change.set.due_at);
+    return change.unset?.includes('due_at') ? undefined : this.owner.heldUntil;
   }
 
   /**

@@ -11,6 +11,15 @@ import { locateMessage } from '../store/reads.ts';
 
 export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
 
+/**
+ * A failed message whose owner still holds its lease (its other deliveries are being attempted):
+ * being worked on, like one this process drives. Every claim, a replay's too, waits for the lease
+ * (the owner's writes rely on it; see admit in src/store/fencing.ts).
+ */
+function heldByOwner(doc: MessageDoc): boolean {
+  return doc.lease_owner !== undefined && (doc.due_at?.getTime() ?? 0) > Date.now();
+}
+
 export async function takeForReplay(
   store: Store,
   id: string,
@@ -19,7 +28,7 @@ export async function takeForReplay(
   const found = await locateMessage(store, id);
   if (!found) return { outcome: 'not_found' };
   const { doc, inFlight } = found;
-  if (!canReplay(doc.state) || owner.drives(id)) return { outcome: 'invalid_state' };
+  if (!canReplay(doc.state) || owner.drives(id) || heldByOwner(doc)) return { outcome: 'invalid_state' };
   // a replay parses the message again: not possible once raw retention has removed its bytes
   if (!(await rawExists(store, doc))) return { outcome: 'raw_expired' };
   // a final message comes back from its history partition into the working set, owned by us

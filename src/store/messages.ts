@@ -103,4 +103,9 @@ export interface Ownership {
   id: string;
   epoch: number;
   version: number;
+  /**
+   * performance.now() until which no other process can have claimed the message: its lease (the
+   * `due_at` the owner last wrote) had more than half its time left. See admit in fencing.ts.
+   */
+  heldUntil?: number;
 }

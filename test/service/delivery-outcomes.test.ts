@@ -145,3 +145,41 @@ test('WEBHOOK_DENY_PRIVATE=true: a route to a loopback receiver is never reached
   t.is(message.attempts.length, 1);
   t.regex(message.history.at(-1)!.detail ?? '', /^invalid_webhook_destination: .*private or loopback/);
 });
+
+test('replay of a failed message whose other delivery is still being attempted (by another instance) is 409 until that ends', async (t) => {
+  const owner = await startPipeline(t, {
+    label: 'held',
+    env: { WEBHOOK_TIMEOUT: '10s', RETRY_DELAYS: '60s' },
+  });
+  const other = await startPipeline(t, { uri: owner.uri });
+  owner.receiver.on('/fails', { status: 503 });
+  owner.receiver.on('/slow', { status: 204, delayMs: 4000 });
+  await routeTo(owner, 'held.example', '/fails', 'a');
+  await routeTo(owner, 'held.example', '/slow', 'b');
+  const sent = await sendRaw(
+    owner.service.smtpPort,
+    { from: 's@outside.example', to: ['a@held.example', 'b@held.example'] },
+    MESSAGE,
+  );
+  const id = acceptedId(sent);
+  await waitForState(owner.api, id, ['failed']);
+  // the owner is still waiting for /slow's answer (4 s): the other instance must not take it over
+  const held = await other.api.post<{ error: string }>(`/messages/${id}/retry`);
+  t.is(held.status, 409);
+  t.is(held.body.error, 'invalid_state');
+
+  // once /slow has answered, the message waits for its retry with nobody holding it: replayable
+  let replayed = await other.api.post<{ state: string }>(`/messages/${id}/retry`);
+  for (const giveUp = Date.now() + 20_000; replayed.status === 409 && Date.now() < giveUp; ) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    replayed = await other.api.post<{ state: string }>(`/messages/${id}/retry`);
+  }
+  t.is(replayed.status, 202);
+  await owner.receiver.waitFor(
+    () => owner.receiver.to('/fails').length === 2,
+    20_000,
+    'the replayed attempt',
+  );
+  // the delivery that succeeded is not attempted again
+  t.is(owner.receiver.to('/slow').length, 1);
+});
