@@ -9,7 +9,7 @@ import { insertRecords } from './history.ts';
 import { appendEntries, entryOf, unlistedPartitions } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { dayEnd, idMs, type Partition, partitionEnd, partitionStart } from './partitions.ts';
+import { dayEnd, idMs, type Partition } from './partitions.ts';
 import { type ArchivedRecord, unpackRecord } from './records.ts';
 
 export interface HousekeepingOptions {
@@ -92,7 +92,7 @@ export class Housekeeping {
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
     let inFlight: number[] | undefined;
-    const partitions = (await store.partitions.list({ fresh: true })).reverse();
+    const partitions = [...(await store.partitions.list({ fresh: true }))].reverse();
     for (const partition of partitions) {
       // by the day, for the hourly partitions too: a day's listing goes with the day's records
       const isRaw = partition.kind === 'raw' || partition.kind === 'rawfs';
@@ -100,8 +100,7 @@ export class Housekeeping {
       if (isRaw) {
         // a message still in flight (a retry pending for days, a replay) keeps its bytes
         inFlight ??= await this.inFlightTimes();
-        const [start, end] = [partitionStart(partition.key), partitionEnd(partition.key)];
-        if (inFlight.some((ms) => ms >= start && ms < end)) {
+        if (inFlight.some((ms) => ms >= partition.start && ms < partition.end)) {
           report.kept.push(partition.name);
           continue;
         }

@@ -57,6 +57,9 @@ export interface Partition {
   key: string;
   /** the collection's name (for a GridFS bucket: the bucket's name) */
   name: string;
+  /** its span, ms since the epoch: [start, end) (partitionStart, partitionEnd of the key) */
+  start: number;
+  end: number;
 }
 
 /** The key of the day (`YYYYMMDD`) or hour (`YYYYMMDDHH`) that holds a moment, UTC. */
@@ -125,7 +128,8 @@ export function parsePartitionName(collection: string): Partition | undefined {
   if (!match) return undefined;
   const kind = match[1] as PartitionKind;
   if ((kind === 'rawfs') !== (match[3] !== undefined)) return undefined;
-  return { kind, key: match[2]!, name: partitionName(kind, match[2]!) };
+  const key = match[2]!;
+  return { kind, key, name: partitionName(kind, key), start: partitionStart(key), end: partitionEnd(key) };
 }
 
 /** How often the catalog is read again in the background. */
@@ -142,6 +146,8 @@ const CATALOG_REFRESH_MS = 5000;
 export class PartitionCatalog {
   private readonly db: Db;
   private known = new Map<string, Partition>();
+  /** `known` newest first, made again only when it changes: a listing asks for it every time */
+  private sorted: readonly Partition[] | undefined;
   private first: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
 
@@ -150,9 +156,10 @@ export class PartitionCatalog {
   }
 
   /** Every partition, newest first (by the end of its span); `fresh` reads the collection list now. */
-  async list(options: { fresh?: boolean } = {}): Promise<Partition[]> {
+  async list(options: { fresh?: boolean } = {}): Promise<readonly Partition[]> {
     await (options.fresh ? this.fetch() : this.loaded());
-    return [...this.known.values()].sort((a, b) => partitionEnd(b.key) - partitionEnd(a.key));
+    this.sorted ??= [...this.known.values()].sort((a, b) => b.end - a.end);
+    return this.sorted;
   }
 
   /** Whether a partition exists, as far as this catalog knows. */
@@ -166,11 +173,13 @@ export class PartitionCatalog {
     if (this.known.has(name)) return false;
     const partition = parsePartitionName(name);
     if (partition) this.known.set(name, partition);
+    this.sorted = undefined;
     return true;
   }
 
   forget(name: string): void {
     this.known.delete(name);
+    this.sorted = undefined;
   }
 
   stop(): void {
@@ -199,5 +208,6 @@ export class PartitionCatalog {
       if (partition) found.set(partition.name, partition);
     }
     this.known = found;
+    this.sorted = undefined;
   }
 }

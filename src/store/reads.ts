@@ -20,6 +20,7 @@ import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
 import {
   idMs,
+  type Partition,
   partitionEnd,
   partitionKeyOf,
   partitionName,
@@ -170,20 +171,24 @@ async function sourcesToRead(
   before: string | undefined,
 ): Promise<Source[]> {
   const sources = new Map<string, Source>();
-  const add = (name: string, key: string, unlisted = false) =>
-    sources.set(name, { name, start: partitionStart(key), end: partitionEnd(key), unlisted });
+  const add = ({ name, start, end }: Pick<Partition, 'name' | 'start' | 'end'>, unlisted = false) =>
+    sources.set(name, { name, start, end, unlisted });
   const now = Date.now();
   for (const kind of kinds) {
     const current = partitionKeyOf(listingKind(kind), now);
     const previous = partitionKeyOf(listingKind(kind), partitionStart(current) - 1);
-    for (const key of [current, previous]) add(partitionName(listingKind(kind), key), key);
+    for (const key of [current, previous])
+      add({
+        name: partitionName(listingKind(kind), key),
+        start: partitionStart(key),
+        end: partitionEnd(key),
+      });
   }
   const catalog = await store.partitions.list();
-  for (const { kind, key, name } of catalog)
-    if (kinds.some((listed) => listingKind(listed) === kind || hourlyListingKind(listed) === kind))
-      add(name, key);
-  for (const { kind, key, name } of unlistedPartitions(catalog))
-    if (kinds.includes(kind as RecordKind)) add(name, key, true);
+  const listed = new Set<string>(kinds.flatMap((kind) => [listingKind(kind), hourlyListingKind(kind)]));
+  for (const partition of catalog) if (listed.has(partition.kind)) add(partition);
+  for (const partition of unlistedPartitions(catalog))
+    if (kinds.includes(partition.kind as RecordKind)) add(partition, true);
   const until = before ? idMs(before) : undefined;
   return [...sources.values()]
     .filter((source) => until === undefined || source.start <= until)
