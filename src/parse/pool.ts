@@ -253,7 +253,12 @@ export class ParseLanes implements Parser {
    * start on getting ready to listen, not on threads it may never use.
    */
   start(): void {
+    this.#smallLane();
+  }
+
+  #smallLane(): ParsePool {
     this.#small ??= this.#makeSmall();
+    return this.#small;
   }
 
   parse(input: ParseInput): Promise<PoolParseOutput> {
@@ -269,9 +274,7 @@ export class ParseLanes implements Parser {
   }
 
   #lane(raw: Uint8Array): ParsePool {
-    if (raw.byteLength >= this.#largeFromBytes) return this.#large;
-    this.start();
-    return this.#small as ParsePool;
+    return raw.byteLength >= this.#largeFromBytes ? this.#large : this.#smallLane();
   }
 
   get queued(): number {

@@ -128,7 +128,11 @@ export function parsePartitionName(collection: string): Partition | undefined {
   if (!match) return undefined;
   const kind = match[1] as PartitionKind;
   if ((kind === 'rawfs') !== (match[3] !== undefined)) return undefined;
-  const key = match[2]!;
+  return partitionAt(kind, match[2]!);
+}
+
+/** The partition of `kind` for the span `key`, whether or not its collection exists. */
+export function partitionAt(kind: PartitionKind, key: string): Partition {
   return { kind, key, name: partitionName(kind, key), start: partitionStart(key), end: partitionEnd(key) };
 }
 
@@ -172,8 +176,10 @@ export class PartitionCatalog {
   note(name: string): boolean {
     if (this.known.has(name)) return false;
     const partition = parsePartitionName(name);
-    if (partition) this.known.set(name, partition);
-    this.sorted = undefined;
+    if (partition) {
+      this.known.set(name, partition);
+      this.sorted = undefined;
+    }
     return true;
   }
 

@@ -21,9 +21,8 @@ import type { Store } from './mongo.ts';
 import {
   idMs,
   type Partition,
-  partitionEnd,
+  partitionAt,
   partitionKeyOf,
-  partitionName,
   partitionStart,
   type RecordKind,
 } from './partitions.ts';
@@ -171,18 +170,13 @@ async function sourcesToRead(
   before: string | undefined,
 ): Promise<Source[]> {
   const sources = new Map<string, Source>();
-  const add = ({ name, start, end }: Pick<Partition, 'name' | 'start' | 'end'>, unlisted = false) =>
+  const add = ({ name, start, end }: Partition, unlisted = false) =>
     sources.set(name, { name, start, end, unlisted });
   const now = Date.now();
   for (const kind of kinds) {
     const current = partitionKeyOf(listingKind(kind), now);
     const previous = partitionKeyOf(listingKind(kind), partitionStart(current) - 1);
-    for (const key of [current, previous])
-      add({
-        name: partitionName(listingKind(kind), key),
-        start: partitionStart(key),
-        end: partitionEnd(key),
-      });
+    for (const key of [current, previous]) add(partitionAt(listingKind(kind), key));
   }
   const catalog = await store.partitions.list();
   const listed = new Set<string>(kinds.flatMap((kind) => [listingKind(kind), hourlyListingKind(kind)]));
