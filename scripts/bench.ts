@@ -58,7 +58,7 @@ const E2E = Object.freeze({
   load: { sessions: 16, total: QUICK ? 500 : 2000, persistent: true, bytes: 10240 },
   /** delivered before each measured run, with the same load shape (see WARM_UP) */
   warmUp: { sessions: 16, total: 100, persistent: true, bytes: 10240 },
-  runs: QUICK ? 1 : 3,
+  runs: QUICK ? 1 : Number(process.env.BENCH_E2E_RUNS ?? 3),
   /** a run that delivers nothing new for this long is over */
   quietMs: 60_000,
 });
@@ -259,6 +259,10 @@ async function startBenchService(
       // there, which a real service would have dropped one day at a time: kept here, so that the
       // runs measure the service and not a backlog of 23 drops (see BENCHMARKS.md for their cost)
       RAW_RETENTION: '30d',
+      // e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`: the service's processes and threads under this load
+      ...(process.env.BENCH_SERVICE_NODE_OPTIONS
+        ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }
+        : {}),
     },
     // the primary creates the indexes before it is ready: minutes over a large history on FerretDB
     timeoutMs: 300_000,

@@ -1,6 +1,7 @@
 // Coalesces concurrent writes into one database command: while a command is in flight, the writes
-// that arrive wait and then go together. A lone write goes at once (no timer, no added latency);
-// under load, many messages share one round trip and one commit.
+// that arrive wait and then go together. A lone write goes at once (no added latency); under load,
+// many messages share one round trip and one commit, and a batcher with `lingerMs` also lets the
+// writes gather for that long after its previous command.
 import { withDeadline } from '../util/deadline.ts';
 
 export interface BatcherOptions<Op, Result> {
@@ -10,6 +11,13 @@ export interface BatcherOptions<Op, Result> {
   maxInFlight: number;
   /** most writes in one command */
   maxBatch: number;
+  /**
+   * under load, a command waits until this long after the previous one started (or until a full
+   * batch is there), so that the writes of that time go together. A write that finds the batcher
+   * quiet for that long goes at once. Default 0: only writes that come while a command is in flight
+   * wait.
+   */
+  lingerMs?: number;
   /**
    * a flush not settled by then fails its writes and frees its place; default 45 s (past the
    * driver's socketTimeoutMS). The driver can leave a command pending forever when its connection
@@ -31,6 +39,9 @@ export class Batcher<Op, Result> {
   private readonly options: BatcherOptions<Op, Result>;
   private queue: Array<{ op: Op; resolve: (result: Result) => void; reject: (err: unknown) => void }> = [];
   private inFlight = 0;
+  /** performance.now() when the last command started */
+  private lastFlushAt = Number.NEGATIVE_INFINITY;
+  private lingering: NodeJS.Timeout | undefined;
 
   constructor(options: BatcherOptions<Op, Result>) {
     this.options = options;
@@ -45,6 +56,8 @@ export class Batcher<Op, Result> {
 
   private drain(): void {
     while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
+      if (this.linger()) return;
+      this.lastFlushAt = performance.now();
       const batch = this.queue.splice(0, this.options.maxBatch);
       this.inFlight++;
       const deadlineMs = this.options.deadlineMs ?? DEFAULT_DEADLINE_MS;
@@ -66,6 +79,23 @@ export class Batcher<Op, Result> {
           this.drain();
         });
     }
+  }
+
+  /** True while the next command should wait for more writes (a timer then drains). */
+  private linger(): boolean {
+    const lingerMs = this.options.lingerMs ?? 0;
+    if (lingerMs <= 0 || this.queue.length >= this.options.maxBatch) {
+      clearTimeout(this.lingering);
+      this.lingering = undefined;
+      return false;
+    }
+    const wait = this.lastFlushAt + lingerMs - performance.now();
+    if (wait <= 0) return false;
+    this.lingering ??= setTimeout(() => {
+      this.lingering = undefined;
+      this.drain();
+    }, wait);
+    return true;
   }
 }
 
