@@ -14,7 +14,11 @@ const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
 
 /** True for failures that mean "the database cannot be reached now", as opposed to a bad request. */
 export function isDatabaseUnavailable(err: unknown): boolean {
-  return err instanceof Error && UNAVAILABLE_ERRORS.has(err.name);
+  if (!(err instanceof Error)) return false;
+  if (UNAVAILABLE_ERRORS.has(err.name)) return true;
+  // a batch (insertMany, bulkWrite) cut off with its connection: the driver wraps its own error
+  const cause = (err as { errorResponse?: unknown }).errorResponse;
+  return err.name === 'MongoBulkWriteError' && cause instanceof Error && UNAVAILABLE_ERRORS.has(cause.name);
 }
 
 /**

@@ -44,9 +44,13 @@ export async function writeAsOwner(
   update: UpdateFilter<MessageDoc>,
 ): Promise<number | undefined> {
   // a busy or briefly unreachable database is tried again; a retried write that had in fact been
-  // applied is recognised by the version it left (see fencing.ts)
+  // applied is recognised by the version it left (see fencing.ts). A retry reads its fence even
+  // while the lease holds: on FerretDB a write trusted to the lease goes by `_id` alone, and a try
+  // that failed for us may have gone in (a bulk update failed in part, a reply lost on the way)
+  const { heldUntil: _lease, ...unsure } = owner;
+  let tries = 0;
   const applied = await retryTransient(() =>
-    store.writes.ownerWrites.submit({ owner, update: scheduling(update) }),
+    store.writes.ownerWrites.submit({ owner: tries++ === 0 ? owner : unsure, update: scheduling(update) }),
   );
   return applied ? owner.version + 1 : undefined;
 }

@@ -1,12 +1,15 @@
 // The owner's fence on the working set, as the test database applies it: a write or a removal goes
-// in only at the owner's epoch and version; one retried after it went in is recognised as in; one
-// from an owner that lost the message changes nothing.
+// in only at the owner's epoch and version; one retried after it went in is recognised as in (also
+// when its reply was lost on the way); one from an owner that lost the message changes nothing.
 import test from 'ava';
 import { applyOwnerWrites, moveToEpoch, removeAsOwners } from '../../src/store/fencing.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
-import { openTestDatabase } from '../_support/db.ts';
+import { openStore } from '../../src/store/mongo.ts';
+import { writeAsOwner } from '../../src/store/working-set.ts';
+import { databaseUri, freshDbName, openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
+import { startReplyCutter } from '../_support/reply-cutter.ts';
 
 function inFlight(n: number): MessageDoc {
   const at = new Date();
@@ -61,4 +64,22 @@ test('owners write and remove only at their epoch and version, retries included'
   // a removal tried again after it went in: in
   t.deepEqual(await removeAsOwners(store, [{ ...mine!, version: 2 }]), [true]);
   t.is(await store.messages.countDocuments(), docs.length - 2);
+});
+
+test('an owner write whose reply was lost is tried again and goes in once, even while the lease holds', async (t) => {
+  const cutter = await startReplyCutter(await databaseUri());
+  const store = await openStore({ uri: cutter.uri, dbName: freshDbName('lostreply'), ensureIndexes: false });
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+    await cutter.close();
+  });
+  const doc = inFlight(0);
+  await store.messages.insertOne(doc);
+  // an owner well within its lease: on FerretDB its first try goes by `_id`, without a fence read
+  const owner = { id: doc._id, epoch: 1, version: 1, heldUntil: performance.now() + 60_000 };
+  cutter.cutReplyTo('update');
+  t.is(await writeAsOwner(store, owner, { $inc: { claims: 1 } }), 2);
+  t.is(cutter.cuts, 1, 'the first try went in and its reply was lost');
+  t.like(await store.messages.findOne({ _id: doc._id }), { version: 2, claims: 1 });
 });
