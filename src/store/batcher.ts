@@ -1,7 +1,8 @@
-// Coalesces concurrent writes into one database command: while a command is in flight, the writes
-// that arrive wait and then go together. A lone write goes at once (no added latency); under load,
-// many messages share one round trip and one commit, and a batcher with `lingerMs` also lets the
-// writes gather for that long after its previous command.
+// Coalesces concurrent writes into one database command: the writes of one turn of the event loop
+// go together, and while a command is in flight the writes that arrive wait and then go together.
+// A lone write goes at the end of its turn (no delay); under load, many messages share one round
+// trip and one commit, and a batcher with `lingerMs` also lets the writes gather for that long
+// after its previous command.
 import { withDeadline } from '../util/deadline.ts';
 
 export interface BatcherOptions<Op, Result> {
@@ -14,8 +15,8 @@ export interface BatcherOptions<Op, Result> {
   /**
    * under load, a command waits until this long after the previous one started (or until a full
    * batch is there), so that the writes of that time go together. A write that finds the batcher
-   * quiet for that long goes at once. Default 0: only writes that come while a command is in flight
-   * wait.
+   * quiet for that long goes at once. Default 0: only the writes of one turn, and those that come
+   * while a command is in flight, wait for each other.
    */
   lingerMs?: number;
   /**
@@ -42,6 +43,8 @@ export class Batcher<Op, Result> {
   /** performance.now() when the last command started */
   private lastFlushAt = Number.NEGATIVE_INFINITY;
   private lingering: NodeJS.Timeout | undefined;
+  /** a drain is due at the end of this turn of the event loop */
+  private gathering = false;
 
   constructor(options: BatcherOptions<Op, Result>) {
     this.options = options;
@@ -50,7 +53,14 @@ export class Batcher<Op, Result> {
   submit(op: Op): Promise<Result> {
     return new Promise((resolve, reject) => {
       this.queue.push({ op, resolve, reject });
-      this.drain();
+      // the other writes of this turn (a batch's waiters resuming, sockets read in one poll) join
+      // it: a first write sent alone made the rest wait a round trip for the next command
+      if (this.gathering) return;
+      this.gathering = true;
+      setImmediate(() => {
+        this.gathering = false;
+        this.drain();
+      });
     });
   }
 

@@ -1,9 +1,11 @@
-// Batcher: a lone write goes at once, writes that arrive while commands are in flight go together,
-// and a command that never settles fails its writes at the deadline without blocking later ones.
+// Batcher: the writes of one turn go together at once, writes that arrive while commands are in
+// flight go together next, and a command that never settles fails its writes at the deadline
+// without blocking later ones.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import test from 'ava';
 import { BatchDeadlineError, Batcher } from '../../src/store/batcher.ts';
 
-test('a lone write is flushed at once; writes arriving meanwhile share the next flush', async (t) => {
+test('the writes of one turn go together; writes arriving while a command is in flight share the next', async (t) => {
   const flushed: number[][] = [];
   let release: () => void = () => {};
   const batcher = new Batcher<number, number>({
@@ -15,12 +17,16 @@ test('a lone write is flushed at once; writes arriving meanwhile share the next 
       return ops.map((op) => op * 10);
     },
   });
-  const first = batcher.submit(1);
-  const rest = [2, 3, 4, 5].map((op) => batcher.submit(op));
-  t.deepEqual(flushed, [[1]]);
+  const first = [1, 2].map((op) => batcher.submit(op));
+  t.deepEqual(flushed, [], 'the turn is not over yet');
+  await nextTurn();
+  t.deepEqual(flushed, [[1, 2]]);
+  const rest = [3, 4, 5, 6].map((op) => batcher.submit(op));
+  await nextTurn();
+  t.deepEqual(flushed, [[1, 2]], 'they wait for the command in flight');
   release();
-  t.deepEqual(await Promise.all([first, ...rest]), [10, 20, 30, 40, 50]);
-  t.deepEqual(flushed, [[1], [2, 3, 4], [5]]);
+  t.deepEqual(await Promise.all([...first, ...rest]), [10, 20, 30, 40, 50, 60]);
+  t.deepEqual(flushed, [[1, 2], [3, 4, 5], [6]]);
 });
 
 test('a flush that never settles fails its writes at the deadline, and frees its place', async (t) => {
@@ -32,6 +38,7 @@ test('a flush that never settles fails its writes at the deadline, and frees its
     flush: (ops) => (++calls === 1 ? new Promise<string[]>(() => {}) : Promise.resolve(ops)),
   });
   const hung = batcher.submit('lost');
+  await nextTurn();
   const later = batcher.submit('later');
   await t.throwsAsync(hung, { instanceOf: BatchDeadlineError });
   t.is(await later, 'later');
