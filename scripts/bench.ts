@@ -74,6 +74,11 @@ const HISTORY = Object.freeze({
   concurrency: 16,
   // 320 took about 5 s, and the ratio of two such runs moved by 0.1 between runs of the same code
   messages: QUICK ? 160 : 1280,
+  /**
+   * rounds on each database, alternating: one run of each gave ratios from 0.74 to 1.33 for the
+   * same code, as the machine's speed moved between them
+   */
+  rounds: QUICK ? 1 : Number(process.env.BENCH_HISTORY_ROUNDS ?? 3),
   /** waiting for deliveries ends after this long (warm-up and run each): the run reports what came */
   deliveryDeadlineMs: 120_000,
   requests: QUICK ? 100 : 300,
@@ -1182,63 +1187,137 @@ async function e2eCase(tools: PostfixTools, sink: Sink, workers: number): Promis
 
 // ---------- history: the service with and without a history of final messages ----------
 
-async function historyCase(
+/** One delivery round on one of the two databases; the API is measured after the last round. */
+async function historyRound(
+  sink: Sink,
+  workers: number,
+  database: BenchDatabase,
+  dbName: string,
+  label: string,
+  apiOver: readonly string[] | undefined,
+): Promise<Record<string, unknown>> {
+  const startedAt = new Date().toISOString();
+  const loadBefore = loadAverage();
+  const outcome = await runAgainstService(
+    sink,
+    {
+      label,
+      workers,
+      command: (port, firstSeq) => ({
+        mode: 'closed',
+        port,
+        concurrency: HISTORY.concurrency,
+        total: HISTORY.messages,
+        perConnection: Math.ceil(HISTORY.messages / HISTORY.concurrency),
+        firstSeq,
+      }),
+    },
+    {
+      database,
+      dbName,
+      deadlineMs: HISTORY.deliveryDeadlineMs,
+      ...(apiOver ? { thenMeasure: (running: RunningService) => apiLatencies(running, apiOver) } : {}),
+    },
+  ).catch((err: Error) => err);
+  const about = { startedAt, loadBefore, loadAfter: loadAverage() };
+  // a service that cannot even start over this history is a figure too
+  if (outcome instanceof Error)
+    return { ...about, error: outcome.message.replace(/\s+/g, ' ').slice(0, 300) };
+  const { then: api, ...delivery } = outcome;
+  return {
+    ...about,
+    deliveredPerSecond: delivery.deliveredPerSecond,
+    acceptedPerSecond: delivery.acceptedPerSecond,
+    delivered: delivery.delivered,
+    sent: delivery.sent,
+    lost: delivery.lost,
+    serviceCpuPer1000: delivery.serviceCpuPer1000,
+    databaseCpuPer1000: delivery.databaseCpuPer1000,
+    databaseCommandsPerDelivered: delivery.databaseCommandsPerDelivered,
+    peakRssMb: delivery.peakRssMb,
+    ...(api ? { api } : {}),
+  };
+}
+
+/**
+ * One backend: a database with no history and one seeded with `HISTORY.size` final messages, on
+ * one FerretDB, measured in alternating rounds (empty, history, empty, ...) so that a change in
+ * the machine's speed falls on both alike; the ratio is the median of the rounds' ratios.
+ */
+async function historyBackend(
   sink: Sink,
   workers: number,
   backend: 'sqlite' | 'postgresql',
-  size: number,
 ): Promise<Record<string, unknown>> {
   return withDatabase(backend, async (database) => {
-    const dbName = 'mailroute';
-    const startedAt = new Date().toISOString();
-    const loadBefore = loadAverage();
-    const seeded = size ? await seed(database, dbName, size) : { ids: [], seconds: 0 };
-    if (size) log(`history ${backend}: ${size} messages seeded in ${seeded.seconds} s`);
-    const outcome = await runAgainstService(
-      sink,
-      {
-        label: `history ${backend} ${size}`,
+    const seeded = await seed(database, 'history', HISTORY.size);
+    log(`history ${backend}: ${HISTORY.size} messages seeded in ${seeded.seconds} s`);
+    const rounds: Array<{ empty: Record<string, unknown>; history: Record<string, unknown> }> = [];
+    for (let round = 1; round <= HISTORY.rounds; round++) {
+      // the API after the first round, and again after the last, when this hour holds the
+      // messages of every round: a listing reads its newest hour whole
+      const measured = round === 1 || round === HISTORY.rounds;
+      // the empty database's own messages, read by id, when it has no seeded ones
+      const empty = await historyRound(
+        sink,
         workers,
-        command: (port, firstSeq) => ({
-          mode: 'closed',
-          port,
-          concurrency: HISTORY.concurrency,
-          total: HISTORY.messages,
-          perConnection: Math.ceil(HISTORY.messages / HISTORY.concurrency),
-          firstSeq,
-        }),
-      },
-      {
         database,
-        dbName,
-        deadlineMs: HISTORY.deliveryDeadlineMs,
-        thenMeasure: (running) => apiLatencies(running, seeded.ids),
-      },
-    ).catch((err: Error) => err);
-    const about = {
-      backend,
-      history: size,
-      seedSeconds: seeded.seconds,
-      startedAt,
-      loadBefore,
-      loadAfter: loadAverage(),
+        'empty',
+        `history ${backend} 0`,
+        measured ? [] : undefined,
+      );
+      const history = await historyRound(
+        sink,
+        workers,
+        database,
+        'history',
+        `history ${backend} ${HISTORY.size}`,
+        measured ? seeded.ids : undefined,
+      );
+      log(
+        `history ${backend} round ${round}: empty ${empty.deliveredPerSecond}, history ${history.deliveredPerSecond} msg/s`,
+      );
+      rounds.push({ empty, history });
+    }
+    const rate = (r: Record<string, unknown>) => r.deliveredPerSecond as number | undefined;
+    // delivered to the database in its rounds, warm-ups included
+    const sum = (cases: Array<Record<string, unknown>>) =>
+      cases.reduce((total, c) => total + ((c.delivered as number | undefined) ?? 0) + WARM_UP.messages, 0);
+    const ratios = rounds
+      .filter((r) => rate(r.empty) && rate(r.history))
+      .map((r) => rate(r.history)! / rate(r.empty)!);
+    const summary = (which: 'empty' | 'history', size: number) => {
+      const cases = rounds.map((r) => r[which]);
+      const rates = cases.map(rate).filter((x): x is number => x !== undefined);
+      return {
+        backend,
+        history: size,
+        seedSeconds: size ? seeded.seconds : 0,
+        // the last round's figures, with every round's rate
+        ...cases.at(-1),
+        deliveredPerSecond: rates.length ? median(rates).median : Number.NaN,
+        api: cases[0]?.api,
+        ...(cases.length > 1
+          ? { apiAfterRounds: { rounds: cases.length, delivered: sum(cases), api: cases.at(-1)?.api } }
+          : {}),
+        rounds: cases.map((c) => ({
+          startedAt: c.startedAt,
+          loadBefore: c.loadBefore,
+          deliveredPerSecond: rate(c),
+          ...(c.error ? { error: c.error } : {}),
+        })),
+      };
     };
-    // a service that cannot even start over this history is a figure too
-    if (outcome instanceof Error)
-      return { ...about, error: outcome.message.replace(/\s+/g, ' ').slice(0, 300) };
-    const { then: api, ...delivery } = outcome;
+    const empty = summary('empty', 0);
+    const full = summary('history', HISTORY.size);
+    log(`history ${backend} 0: ${JSON.stringify(empty)}`);
+    log(`history ${backend} ${HISTORY.size}: ${JSON.stringify(full)}`);
     return {
-      ...about,
-      deliveredPerSecond: delivery.deliveredPerSecond,
-      acceptedPerSecond: delivery.acceptedPerSecond,
-      delivered: delivery.delivered,
-      sent: delivery.sent,
-      lost: delivery.lost,
-      serviceCpuPer1000: delivery.serviceCpuPer1000,
-      databaseCpuPer1000: delivery.databaseCpuPer1000,
-      databaseCommandsPerDelivered: delivery.databaseCommandsPerDelivered,
-      peakRssMb: delivery.peakRssMb,
-      api,
+      date: new Date().toISOString(),
+      empty,
+      history: full,
+      deliveredRatio: ratios.length ? Math.round(median(ratios).median * 1000) / 1000 : Number.NaN,
+      roundRatios: ratios.map((x) => Math.round(x * 1000) / 1000),
     };
   });
 }
@@ -1303,19 +1382,7 @@ async function apiLatencies(running: RunningService, seededIds: readonly string[
 
 async function historyPart(sink: Sink, workers: number): Promise<Record<string, unknown>> {
   const byBackend: Record<string, unknown> = {};
-  for (const backend of HISTORY.backends) {
-    const empty = await historyCase(sink, workers, backend, 0);
-    log(`history ${backend} 0: ${JSON.stringify(empty)}`);
-    const full = await historyCase(sink, workers, backend, HISTORY.size);
-    log(`history ${backend} ${HISTORY.size}: ${JSON.stringify(full)}`);
-    const rate = (r: Record<string, unknown>) => r.deliveredPerSecond as number;
-    byBackend[backend] = {
-      date: new Date().toISOString(),
-      empty,
-      history: full,
-      deliveredRatio: rate(empty) ? Math.round((rate(full) / rate(empty)) * 1000) / 1000 : Number.NaN,
-    };
-  }
+  for (const backend of HISTORY.backends) byBackend[backend] = await historyBackend(sink, workers, backend);
   return byBackend;
 }
 
@@ -1398,6 +1465,10 @@ function renderHistory(results: Record<string, unknown>): string {
     loadBefore: string;
     loadAfter: string;
     deliveredPerSecond: number;
+    /** each round's rate, in order (absent in figures written before there were rounds) */
+    rounds?: Array<{ deliveredPerSecond?: number; error?: string }>;
+    /** the API again after the last round: `delivered` to the database by then, warm-ups included */
+    apiAfterRounds?: { rounds: number; delivered: number; api?: Case['api'] };
     delivered: number;
     sent: number;
     error?: string;
@@ -1415,15 +1486,16 @@ function renderHistory(results: Record<string, unknown>): string {
   };
   const history = results.history as Record<
     string,
-    { date: string; empty: Case; history: Case; deliveredRatio: number }
+    { date: string; empty: Case; history: Case; deliveredRatio: number; roundRatios?: number[] }
   >;
   const lines = [
     `The mix, ${HISTORY.messages} messages over ${HISTORY.concurrency} persistent sessions (after the usual warm-up), on a database`,
-    'with no history and with a history of final messages seeded in bulk by `scripts/bench/seed.ts` (received',
-    `over 30 days, 1 in 50 in dlq); then ${HISTORY.requests} requests per endpoint, one at a time, each given up after`,
-    `${HISTORY.requestTimeoutMs / 1000} s (an endpoint after ${HISTORY.maxTimeouts} of those or ${HISTORY.endpointBudgetMs / 1000} s). Targets from issue 11.`,
+    'with no history and on one with a history of final messages seeded in bulk by `scripts/bench/seed.ts` (received',
+    `over 30 days, 1 in 50 in dlq), in alternating rounds; after the first and the last round, ${HISTORY.requests} requests per endpoint, one at a time, each given up after`,
+    `${HISTORY.requestTimeoutMs / 1000} s (an endpoint after ${HISTORY.maxTimeouts} of those or ${HISTORY.endpointBudgetMs / 1000} s). Delivered msg/s: median (each round);`,
+    "the ratio: median of the rounds' ratios (each round's). RSS is the last round's. Targets from issue 11.",
     '',
-    '| backend | history | run at (load 1, 5, 15 min) | delivered msg/s | delivered | with history / empty (target ≥ 0.9) | peak RSS MB (service processes / FerretDB) |',
+    '| backend | history | last round at (load 1, 5, 15 min) | delivered msg/s | delivered | with history / empty (target ≥ 0.9) | peak RSS MB (service processes / FerretDB) |',
     '|---|---|---|---|---|---|---|',
   ];
   // no sample (every request timed out): NaN here, null once read back from the JSON
@@ -1436,24 +1508,40 @@ function renderHistory(results: Record<string, unknown>): string {
           .filter(([k]) => k.startsWith('service'))
           .map(([, v]) => v)
           .join(' / ')} / ${c.peakRssMb.ferretdb ?? '-'}`;
+  const rates = (c: Case) =>
+    c.rounds ? ` (${c.rounds.map((r) => (r.error ? 'failed' : r.deliveredPerSecond)).join(', ')})` : '';
+  const ratio = (row: { deliveredRatio: number; roundRatios?: number[] }) =>
+    `${row.deliveredRatio}${row.roundRatios ? ` (${row.roundRatios.join(', ')})` : ''}`;
   for (const [backend, row] of Object.entries(history))
     for (const c of [row.empty, row.history])
       lines.push(
-        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${(c.startedAt ?? row.date).slice(0, 16)} (${c.loadBefore}) | ${c.error ? `failed: ${c.error}` : c.deliveredPerSecond} | ${c.error ? '-' : `${c.delivered}/${c.sent}`} | ${c.history ? row.deliveredRatio : ''} | ${rss(c)} |`,
+        `| ${backend} | ${c.history}${c.history ? ` (seeded in ${c.seedSeconds} s)` : ''} | ${(c.startedAt ?? row.date).slice(0, 16)} (${c.loadBefore}) | ${c.error ? `failed: ${c.error}` : `${c.deliveredPerSecond}${rates(c)}`} | ${c.error ? '-' : `${c.delivered}/${c.sent}`} | ${c.history ? ratio(row) : ''} | ${rss(c)} |`,
       );
   lines.push(
     '',
-    '| backend | history | endpoint | requests | p50 ms | p99 ms | timeouts | errors | target | met |',
-    '|---|---|---|---|---|---|---|---|---|---|',
+    "The API after the first round, and again after the last one, when the newest hour holds every round's messages",
+    '(a listing reads its newest hour whole).',
+    '',
+    '| backend | history | after | endpoint | requests | p50 ms | p99 ms | timeouts | errors | target | met |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   );
   for (const [backend, row] of Object.entries(history))
-    for (const c of [row.empty, row.history])
-      for (const e of c.api ?? [])
-        lines.push(
-          e.skipped
-            ? `| ${backend} | ${c.history} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
-            : `| ${backend} | ${c.history} | ${e.endpoint} | ${e.requests} | ${shown(e.latencyMs?.p50)} | ${shown(e.latencyMs?.p99)} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
-        );
+    for (const c of [row.empty, row.history]) {
+      const later = c.apiAfterRounds;
+      const measurements: Array<[string, Case['api'] | undefined]> = [
+        [c.rounds ? `round 1 (${HISTORY.messages + WARM_UP.messages} delivered)` : 'the run', c.api],
+        ...(later
+          ? [[`round ${later.rounds} (${later.delivered} delivered)`, later.api] as [string, Case['api']]]
+          : []),
+      ];
+      for (const [after, api] of measurements)
+        for (const e of api ?? [])
+          lines.push(
+            e.skipped
+              ? `| ${backend} | ${c.history} | ${after} | ${e.endpoint} | - | - | - | - | - | < ${e.targetMs} ms | skipped: ${e.skipped} |`
+              : `| ${backend} | ${c.history} | ${after} | ${e.endpoint} | ${e.requests} | ${shown(e.latencyMs?.p50)} | ${shown(e.latencyMs?.p99)} | ${e.timeouts} | ${e.errors} | < ${e.targetMs} ms | ${e.met ? 'yes' : 'no'} |`,
+          );
+    }
   return lines.join('\n');
 }
 
