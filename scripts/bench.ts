@@ -1187,7 +1187,7 @@ async function e2eCase(tools: PostfixTools, sink: Sink, workers: number): Promis
 
 // ---------- history: the service with and without a history of final messages ----------
 
-/** One delivery round on one of the two databases; the API is measured after the last round. */
+/** One delivery round on one of the two databases; then the API, when `apiOver` names the ids to read. */
 async function historyRound(
   sink: Sink,
   workers: number,
@@ -1281,7 +1281,7 @@ async function historyBackend(
     }
     const rate = (r: Record<string, unknown>) => r.deliveredPerSecond as number | undefined;
     // delivered to the database in its rounds, warm-ups included
-    const sum = (cases: Array<Record<string, unknown>>) =>
+    const deliveredTo = (cases: Array<Record<string, unknown>>) =>
       cases.reduce((total, c) => total + ((c.delivered as number | undefined) ?? 0) + WARM_UP.messages, 0);
     const ratios = rounds
       .filter((r) => rate(r.empty) && rate(r.history))
@@ -1298,7 +1298,9 @@ async function historyBackend(
         deliveredPerSecond: rates.length ? median(rates).median : Number.NaN,
         api: cases[0]?.api,
         ...(cases.length > 1
-          ? { apiAfterRounds: { rounds: cases.length, delivered: sum(cases), api: cases.at(-1)?.api } }
+          ? {
+              apiAfterRounds: { rounds: cases.length, delivered: deliveredTo(cases), api: cases.at(-1)?.api },
+            }
           : {}),
         rounds: cases.map((c) => ({
           startedAt: c.startedAt,

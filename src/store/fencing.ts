@@ -12,6 +12,7 @@
 // with the working set.
 import type { UpdateFilter } from 'mongodb';
 import { type Connection, DURABLE } from './connection.ts';
+import { retryTransient } from './failures.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 
 export interface OwnerWrite {
@@ -65,6 +66,17 @@ async function admit<Item>(store: Connection, items: Item[], ownerOf: (item: Ite
   const confirmed = new Set(unsure.filter((item, i) => holds(ownerOf(item), fences[i])));
   const filter = (owner: Ownership) => ({ _id: owner.id });
   return { due: items.filter((item) => held(item) || confirmed.has(item)), filter };
+}
+
+/**
+ * Runs an owner's write (or removal), trying it again when the database is briefly away. A retry
+ * reads its fence even while the lease holds: a try that failed for us may have gone in (a bulk
+ * command refused in part, a reply lost on the way), and by `_id` alone it would go in twice.
+ */
+export function asOwnerWithRetries<T>(owner: Ownership, write: (owner: Ownership) => Promise<T>): Promise<T> {
+  const { heldUntil: _lease, ...unsure } = owner;
+  let tries = 0;
+  return retryTransient(() => write(tries++ === 0 ? owner : unsure));
 }
 
 /**

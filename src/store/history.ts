@@ -6,6 +6,7 @@
 import { isFinal } from '../lifecycle/lifecycle.ts';
 import { DURABLE, insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
+import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
 import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
@@ -61,7 +62,7 @@ async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
  */
 export async function archiveAsOwner(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
   await storeRecord(store, doc);
-  return retryTransient(() => store.writes.removals.submit(owner));
+  return asOwnerWithRetries(owner, (tried) => store.writes.removals.submit(tried));
 }
 
 /** A final record by id: exactly `{_id: X}` on the partitions its id names. */

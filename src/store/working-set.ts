@@ -3,6 +3,7 @@
 // Claims and leases are in leases.ts; the move of a final message to its partition in history.ts.
 import type { UpdateFilter } from 'mongodb';
 import { retryTransient } from './failures.ts';
+import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -43,14 +44,9 @@ export async function writeAsOwner(
   owner: Ownership,
   update: UpdateFilter<MessageDoc>,
 ): Promise<number | undefined> {
-  // a busy or briefly unreachable database is tried again; a retried write that had in fact been
-  // applied is recognised by the version it left (see fencing.ts). A retry reads its fence even
-  // while the lease holds: on FerretDB a write trusted to the lease goes by `_id` alone, and a try
-  // that failed for us may have gone in (a bulk update failed in part, a reply lost on the way)
-  const { heldUntil: _lease, ...unsure } = owner;
-  let tries = 0;
-  const applied = await retryTransient(() =>
-    store.writes.ownerWrites.submit({ owner: tries++ === 0 ? owner : unsure, update: scheduling(update) }),
+  // a retried write that had in fact been applied is recognised by the version it left (fencing.ts)
+  const applied = await asOwnerWithRetries(owner, (tried) =>
+    store.writes.ownerWrites.submit({ owner: tried, update: scheduling(update) }),
   );
   return applied ? owner.version + 1 : undefined;
 }
