@@ -10,8 +10,9 @@
 // more the more collections the database holds (over SQLite, `findOne({_id})` took 0.8 ms beside
 // no other collection and 2.35 ms beside 3,600, the count that five kinds by the hour reach in 30
 // days). Records and raw bytes are only ever read by id, so they go by the day; the dead letter
-// queue's summaries are few, and a day of them is what its sparse listing wants: about 28
-// collections a day instead of 120.
+// queue's summaries are few, and a day of them is what its sparse listing wants: about 29
+// collections a day instead of 120. The merged entry sets of a day's listing partitions go into
+// one collection of that day, read only by id (listing.ts).
 //
 // Databases written by the earlier hourly layout (`history_<YYYYMMDDHH>`, `history_list_<...>`,
 // ...) are read as they are: their collections are told apart by their key's length or, for the
@@ -26,7 +27,8 @@ const DAY_MS = 24 * HOUR_MS;
  * What a partition holds: `history` delivered records, `dlq` dead-lettered records (apart, so that
  * listing and counting the dead letter queue reads only it), `delivered_list` and `dlq_list` the
  * listing's summaries of those records (listing.ts), `raw` the bytes of messages up to 4 MB,
- * `rawfs` a GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`).
+ * `rawfs` a GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`),
+ * `merged_list` the merged entry sets of the day's listing partitions (read by id only).
  * `history_list` is the hourly layout's listing of delivered records, read until retention.
  */
 export type PartitionKind =
@@ -35,11 +37,12 @@ export type PartitionKind =
   | 'delivered_list'
   | 'dlq_list'
   | 'history_list'
+  | 'merged_list'
   | 'raw'
   | 'rawfs';
 export type RecordKind = Extract<PartitionKind, 'history' | 'dlq'>;
 /** The kinds the earlier hourly layout had: each was by the hour. */
-export type HourlyLayoutKind = Exclude<PartitionKind, 'delivered_list'>;
+export type HourlyLayoutKind = Exclude<PartitionKind, 'delivered_list' | 'merged_list'>;
 
 /** The span each kind is partitioned by now (see the header). */
 const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> = Object.freeze({
@@ -47,6 +50,7 @@ const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> 
   dlq: DAY_MS,
   delivered_list: HOUR_MS,
   dlq_list: DAY_MS,
+  merged_list: DAY_MS,
   raw: DAY_MS,
   rawfs: DAY_MS,
 });
@@ -120,7 +124,7 @@ export function partitionName(kind: PartitionKind, key: string): string {
 }
 
 const NAME =
-  /^(history|dlq|delivered_list|dlq_list|history_list|raw|rawfs)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
+  /^(history|dlq|delivered_list|dlq_list|history_list|merged_list|raw|rawfs)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {

@@ -63,6 +63,9 @@ function kindsFor(state: MessageStateName | undefined): RecordKind[] {
   return [];
 }
 
+/** What a listing shows of a message: the working set's documents carry their whole history. */
+const SUMMARY_PROJECTION = Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, 1]));
+
 const newestFirst = (a: MessageSummary, b: MessageSummary) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0);
 
 /** Partitions read at once, at most: a sparse listing (the dead letter queue) spans many. */
@@ -76,7 +79,7 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   if (query.before) base._id = { $lt: query.before };
   // asked at once, beside the partitions
   const reading = store.messages
-    .find(query.state ? { ...base, state: query.state } : base)
+    .find(query.state ? { ...base, state: query.state } : base, { projection: SUMMARY_PROJECTION })
     .sort({ _id: -1 })
     .limit(want)
     .toArray();
@@ -108,8 +111,10 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
       const batch = sources.slice(next, end);
       next += batch.length;
       const found = await Promise.all(
-        batch.map((source) =>
-          source.unlisted ? readRecords(store, source.name, base, want) : readEntries(store, source.name),
+        batch.map(async (source) =>
+          source.unlisted
+            ? readRecords(store, source.name, base, want)
+            : newestMatching(await readEntries(store, source.name), want, inQuery, query.before),
         ),
       );
       archived.push(...found.flat().filter(inQuery));
@@ -132,6 +137,32 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   return merged.slice(query.offset, want);
 }
 
+/**
+ * The first `want` summaries of a partition's (newest first) that a query takes: no others of it
+ * can be on the page. Costs the page, not the partition (an hour can hold thousands).
+ */
+function newestMatching(
+  newestFirstSummaries: readonly MessageSummary[],
+  want: number,
+  matches: (summary: MessageSummary) => boolean,
+  before: string | undefined,
+): MessageSummary[] {
+  let start = 0;
+  if (before !== undefined) {
+    // the first one older than the cursor
+    let end = newestFirstSummaries.length;
+    while (start < end) {
+      const middle = (start + end) >>> 1;
+      if (newestFirstSummaries[middle]!._id >= before) start = middle + 1;
+      else end = middle;
+    }
+  }
+  const found: MessageSummary[] = [];
+  for (let i = start; i < newestFirstSummaries.length && found.length < want; i++)
+    if (matches(newestFirstSummaries[i]!)) found.push(newestFirstSummaries[i]!);
+  return found;
+}
+
 /** The records of a partition written before listing partitions existed (see housekeeping.ts). */
 async function readRecords(
   store: Store,
@@ -139,10 +170,9 @@ async function readRecords(
   filter: Filter<MessageDoc>,
   limit: number,
 ): Promise<MessageSummary[]> {
-  const projection = Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, 1]));
   return store.db
     .collection<ArchivedRecord>(name)
-    .find(filter as Filter<ArchivedRecord>, { projection })
+    .find(filter as Filter<ArchivedRecord>, { projection: SUMMARY_PROJECTION })
     .sort({ _id: -1 })
     .limit(limit)
     .toArray();

@@ -218,9 +218,16 @@ test.serial(
       scheduled: true,
     });
 
+    // merged listing sets (listing.ts) of the oldest and the newest day: they go with their day's records
+    const oldestMerged = partitionOf('merged_list', ids[0]!);
+    const newestMerged = partitionOf('merged_list', ids.at(-1)!);
+    for (const name of [oldestMerged, newestMerged]) await api.store.db.collection(name).insertOne({});
+
     const housekeeping = defaultHousekeeping(api.store, now);
     const report = await housekeeping.runOnce();
     t.true(report.kept.includes(partitionOf('raw', inFlight)), report.kept.join());
+    t.true(report.dropped.includes(oldestMerged), report.dropped.join());
+    t.true((await collectionNames(api.store)).has(newestMerged));
 
     const dayEnd = (id: string) => partitionEnd(partitionKeyOf('history', id));
     let recordsGone = 0;
@@ -359,6 +366,41 @@ test.serial(
       await new Promise((resolve) => setTimeout(resolve, 50));
     t.is(await entrySets.countDocuments(), 1);
     t.deepEqual(await listed(), expected(docs));
+    // what stays in the hour's partition is a pointer; the merged set is in the day's collection
+    const mergedSets = api.store.db.collection(partitionOf('merged_list', docs[0]!._id));
+    const pointer = await entrySets.findOne({});
+    t.deepEqual(Object.keys(pointer!).sort(), ['_id', 'merged']);
+    t.deepEqual(
+      (await mergedSets.find({}).toArray()).map((set) => set._id),
+      [pointer!._id],
+    );
+
+    // more sets beside the pointer: merged again, into one set that replaces the first
+    const more = Array.from({ length: 10 }, (_, n) =>
+      record(idAt('m', hour + 31_000 + n * 100, 31 + n), 'delivered'),
+    );
+    for (const doc of more) await insertRecords(api.store, [doc]);
+    docs.push(...more);
+    t.deepEqual(await listed(), expected(docs));
+    const settled = async () =>
+      (await entrySets.countDocuments()) === 1 &&
+      (await mergedSets.countDocuments()) === 1 &&
+      (await mergedSets.countDocuments({ _id: pointer!._id })) === 0;
+    const later = Date.now() + 10_000;
+    while (!(await settled()) && Date.now() < later) await new Promise((resolve) => setTimeout(resolve, 50));
+    const [again] = await entrySets.find({}).toArray();
+    t.not(again!._id.toHexString(), pointer!._id.toHexString());
+    t.deepEqual(
+      (await mergedSets.find({}).toArray()).map((set) => set._id),
+      [again!._id],
+    );
+    t.deepEqual(await listed(), expected(docs));
+    // a keyset page from inside the merged set
+    const cursor = newestFirst(docs)[7]!;
+    t.deepEqual(
+      (await client.get<MessageView[]>(`/messages?limit=5&before=${cursor}`)).body.map((m) => m.id),
+      newestFirst(docs).slice(8, 13),
+    );
 
     // a set as they were written before their entries were compressed JSON: one BSON value
     const earlier = record(idAt('m', hour + 40_000, 40), 'delivered');
