@@ -1,6 +1,6 @@
 // Raw messages, byte for byte as received, kept in the daily partition of their acceptance
-// (`raw_<YYYYMMDD>`, see partitions.ts) under the message's own id, gzip-compressed (level 1, in
-// libuv's thread pool, never on the event loop): retention drops a whole day at once, and a
+// (`raw_<YYYYMMDD>`, see partitions.ts) under the message's own id, gzip-compressed (level 1; on the
+// event loop while small, in libuv's thread pool above: compression.ts): retention drops a whole day at once, and a
 // lookup is exactly `{_id: X}` on one collection. A message up to RAW_DOCUMENT_MAX_BYTES is
 // one document, and the documents of messages accepted at the same moment go to the database in
 // one insert (one round trip, one commit). Anything larger is compressed and streamed into the
@@ -45,7 +45,7 @@ async function insertRawDocument(store: Store, messageId: string, bytes: Uint8Ar
 
 /**
  * Stores the bytes of many messages at once (seeding a history, migrations): one insert per
- * partition, compressed off the event loop.
+ * partition.
  */
 export async function insertRawMany(
   store: Store,
