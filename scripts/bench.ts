@@ -17,6 +17,7 @@ import {
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultWorkers } from '../src/config/schema.ts';
 import { type LocalServer, startLocalServer } from '../src/local-db/server.ts';
 import type { ProcessStats } from '../src/service/process-stats.ts';
 import { openStore } from '../src/store/mongo.ts';
@@ -698,7 +699,8 @@ const results: Record<string, unknown> = {
 log(`database ${database?.kind ?? '(per part)'} at ${database?.uri ?? '-'}; sink on ${sink.port}`);
 
 try {
-  const workers = os.availableParallelism();
+  // the service's default unless BENCH_WORKERS says otherwise
+  const workers = Number(process.env.BENCH_WORKERS ?? defaultWorkers());
   // 1. the matrix: each pattern and concurrency, median of REPEATS, with smtp-sink's ceiling
   const matrix: Array<Record<string, unknown>> = [];
   for (const scenario of PARTS.has('matrix') ? matrixScenarios(workers) : []) {

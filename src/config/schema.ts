@@ -128,6 +128,16 @@ function dnsServerList(value: string): Parsed<readonly string[]> {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
+/**
+ * Half the cores: a worker's event loop is only part of the CPU a message costs. Its parse threads
+ * (the cores shared among the workers) and, on one machine, the database take the rest, and every
+ * worker more splits the batched writes into smaller ones: on 2 cores, one worker delivered
+ * smtp-source's 10 KB messages with about 30% less CPU per message than two (docs/BENCHMARKS.md).
+ */
+export function defaultWorkers(): number {
+  return Math.max(1, Math.floor(os.availableParallelism() / 2));
+}
+
 export const SETTINGS = Object.freeze({
   apiKey: {
     env: 'SERVICE_API_KEY',
@@ -186,9 +196,10 @@ export const SETTINGS = Object.freeze({
   workers: {
     env: 'WORKERS',
     flag: 'workers',
-    defaultText: 'os.availableParallelism()',
-    description: 'Number of cluster worker processes',
-    defaultValue: () => os.availableParallelism(),
+    defaultText: 'half the cores, at least 1',
+    description:
+      'Number of cluster worker processes (each with parse threads of its own: the cores shared among the workers)',
+    defaultValue: () => defaultWorkers(),
     parse: integer(1, 256),
   } satisfies Setting<number>,
   standbyWorker: {

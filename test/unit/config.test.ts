@@ -1,5 +1,6 @@
 // The configuration schema: precedence, units, validation, and README's table.
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import test from 'ava';
 import { configTableMarkdown, loadConfig, SETTINGS } from '../../src/config/schema.ts';
 import { parseDuration, parseSize } from '../../src/config/units.ts';
@@ -21,7 +22,8 @@ test('defaults match the documented ones', (t) => {
   t.is(config.rawRetention, 7 * 86_400_000);
   t.is(config.standbyWorker, true);
   t.is(config.logLevel, 'info');
-  t.true(config.workers >= 1);
+  // half the cores, at least one (on a 2-core machine: one worker with two parse threads per lane)
+  t.is(config.workers, Math.max(1, Math.floor(os.availableParallelism() / 2)));
   t.true(Object.isFrozen(config));
 });
 
