@@ -1372,6 +1372,11 @@ async function apiLatencies(running: RunningService, seededIds: readonly string[
       endpoint: endpoint.name,
       requests: sample.times.length + sample.timeouts,
       latencyMs: { p50: l.p50, p99: l.p99, max: l.max },
+      // where the tail is: the first requests after a round (cold), or spread through the run
+      slowest: sample.times
+        .map((ms, at) => ({ at, ms: Math.round(ms * 10) / 10 }))
+        .sort((a, b) => b.ms - a.ms)
+        .slice(0, 5),
       timeouts: sample.timeouts,
       timeoutMs: HISTORY.requestTimeoutMs,
       errors: sample.errors,
