@@ -82,7 +82,7 @@ async function measure(backend: 'sqlite' | 'auto') {
       }
       const insert = databaseCpu() - before;
       before = databaseCpu();
-      for (let r = 0; r < rounds; r++) await collection.findOne({ _id: inserted[r]![0]! });
+      for (const ids of inserted) for (const id of ids) await collection.findOne({ _id: id });
       const find = databaseCpu() - before;
       before = databaseCpu();
       for (const ids of inserted)
@@ -96,7 +96,7 @@ async function measure(backend: 'sqlite' | 'auto') {
         batch,
         insert_ms_per_document: perDocumentMs(insert, rounds * batch),
         delete_by_id_ms_per_document: perDocumentMs(remove, rounds * batch),
-        find_by_id_ms: perDocumentMs(find, rounds),
+        find_by_id_ms: perDocumentMs(find, rounds * batch),
       });
     }
     return { backend: backend === 'auto' ? 'ferretdb+postgresql' : 'ferretdb+sqlite', rows };

@@ -69,8 +69,7 @@ interface EntrySet {
   merged?: true;
 }
 
-/** A reader merges a partition's entry sets once it finds more than this many (and a writer compacts
- * after appending more than this many). */
+/** A reader merges a partition's entry sets once it finds more than this many. */
 const MERGE_ABOVE = 8;
 /** Most entries in one merged set (about 250 bytes each, far under the 16 MB document limit). */
 const MERGED_MAX = 20_000;
@@ -177,7 +176,6 @@ const COMPACT_WHEN_QUIET_MS = 1000;
 interface Compaction {
   store: Connection;
   name: string;
-  appended: number;
   timer?: NodeJS.Timeout;
   running?: Promise<void>;
   again: boolean;
@@ -186,25 +184,24 @@ interface Compaction {
 const compactions = new Map<string, Compaction>();
 
 /**
- * The writer compacts what it appended: once the partition has had no append from this process for
- * a second, or after more appends than a reader merges, it merges the partition's sets into one
- * (in the background). Left to readers, the first page after a burst of mail read dozens of small
- * sets and merged them while its client waited: after 1,480 messages the first pages took 60-130
- * ms and the rest 10. The merged entries stay decoded here for this process's readers. (A
- * compaction that runs just after retention dropped its partition writes it again; the next
- * retention pass drops it: only a replay appends to a partition that old.)
+ * The writer compacts what it appended: once this process has appended nothing to the partition for
+ * a second, it merges the partition's sets into one (in the background). Left to readers, the first
+ * page after a burst of mail read dozens of small sets and merged them while its client waited:
+ * after 1,480 messages the first pages took 60-130 ms and the rest 10. The merged entries stay
+ * decoded here for this process's readers. Only when quiet: a merge rewrites the partition's
+ * entries whole, and under steady load one every few appends would rewrite an hour of summaries
+ * again and again (readers still merge more than 8 sets, as before). A compaction that runs just
+ * after retention dropped its partition writes it again, and the next retention pass drops it:
+ * only a replay appends to a partition that old.
  */
 function compactSoon(store: Connection, name: string, namespace: string): void {
   let pending = compactions.get(namespace);
   if (!pending) {
-    pending = { store, name, appended: 0, again: false };
+    pending = { store, name, again: false };
     compactions.set(namespace, pending);
   }
-  pending.appended++;
   clearTimeout(pending.timer);
-  pending.timer = undefined;
-  if (pending.appended > MERGE_ABOVE) startCompaction(namespace);
-  else pending.timer = setTimeout(() => startCompaction(namespace), COMPACT_WHEN_QUIET_MS).unref();
+  pending.timer = setTimeout(() => startCompaction(namespace), COMPACT_WHEN_QUIET_MS).unref();
 }
 
 function startCompaction(namespace: string): void {
@@ -216,7 +213,6 @@ function startCompaction(namespace: string): void {
     pending.again = true;
     return;
   }
-  pending.appended = 0;
   pending.running = compact(pending.store, pending.name)
     .catch(() => {
       // readers merge as before
@@ -230,16 +226,21 @@ function startCompaction(namespace: string): void {
     });
 }
 
-/** Starts every compaction this process has pending and waits until none is left (tests). */
+/** Starts every compaction this process has pending and waits until none, nor any merge, is left (tests). */
 export async function settleCompactions(): Promise<void> {
-  while (compactions.size > 0) {
+  while (compactions.size > 0 || mergesRunning.size > 0) {
     for (const [namespace, pending] of compactions) if (pending.timer) startCompaction(namespace);
-    await Promise.all([...compactions.values()].map((pending) => pending.running));
+    await Promise.all([
+      ...[...compactions.values()].map((pending) => pending.running),
+      ...mergesRunning.values(),
+    ]);
   }
 }
 
 /** Merges a partition of more than one set, then reads it once more so its view is kept. */
 async function compact(store: Connection, name: string): Promise<void> {
+  // a reader's merge of it first: it may leave nothing to do
+  await mergesRunning.get(store.db.collection(name).namespace);
   const { merged } = await readPartition(store, name, 1);
   if (!merged) return;
   await merged;
@@ -305,7 +306,7 @@ function keepView(key: string, view: readonly MessageSummary[]): void {
 }
 
 /** Namespaces (database.collection) this process is merging now. */
-const mergesRunning = new Set<string>();
+const mergesRunning = new Map<string, Promise<void>>();
 
 /** A pointer's set went missing under a reader (a merge replaced it): read the partition again. */
 const MISSING_SET_RETRIES = 3;
@@ -353,8 +354,8 @@ async function readPartition(
     let merged: Promise<void> | undefined;
     // checked again now: another read of this process may have started one while this one decoded
     if (wantsMerge && !mergesRunning.has(namespace)) {
-      mergesRunning.add(namespace);
       merged = merge(store, name, sets, all).finally(() => mergesRunning.delete(namespace));
+      mergesRunning.set(namespace, merged);
     }
     if (kept) return { view: kept, ...(merged ? { merged } : {}) };
     const view = [...latest(all).values()]
