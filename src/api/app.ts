@@ -60,8 +60,20 @@ export interface AppDeps {
 
 // Bodies are validated strictly (no type coercion, no silently dropped fields: an unknown field
 // is a 400); query strings need coercion because every value arrives as text.
-const bodyAjv = new Ajv({ coerceTypes: false, removeAdditional: false, useDefaults: true, allErrors: false });
-const queryAjv = new Ajv({ coerceTypes: true, removeAdditional: false, useDefaults: true, allErrors: false });
+const bodyAjv = new Ajv({
+  validateSchema: false,
+  coerceTypes: false,
+  removeAdditional: false,
+  useDefaults: true,
+  allErrors: false,
+});
+const queryAjv = new Ajv({
+  validateSchema: false,
+  coerceTypes: true,
+  removeAdditional: false,
+  useDefaults: true,
+  allErrors: false,
+});
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({

@@ -1,7 +1,7 @@
 // Owns the recipient_pattern grammar of a route: parsing, validation and the normalised form that is
 // stored and returned by the API, plus the one place regexes are compiled so every match runs in linear time.
+import { createRequire } from 'node:module';
 import { setFlagsFromString } from 'node:v8';
-import { checkSync } from 'recheck';
 import type { PatternKind } from '../store/documents.ts';
 
 // Unlocks the 'l' regexp flag (V8's non-backtracking engine). Must happen before any 'l' regex is built,
@@ -21,6 +21,10 @@ export type PatternResult = { ok: true; value: ParsedPattern } | { ok: false; re
 export const MAX_PATTERN_LENGTH = 256;
 
 const RECHECK_TIMEOUT_MS = 2000;
+// recheck is loaded by the first regex pattern checked, not with this module: it is 150 ms of a
+// worker's start (and of a standby's replacing a dead worker) for a check that only route writes make
+const require = createRequire(import.meta.url);
+let recheck: typeof import('recheck') | undefined;
 const LINEAR_ENGINE_REFUSAL = 'Cannot be executed in linear time';
 const PLUS_SUFFIX = '+*';
 
@@ -215,8 +219,9 @@ function lowercaseRegexLiterals(source: string): string {
  * start position), which would refuse most useful regexes.
  */
 function backtrackingRisk(normalisedSource: string): string | undefined {
+  recheck ??= require('recheck') as typeof import('recheck');
   try {
-    const diagnostics = checkSync(`^(?:${normalisedSource})$`, '', { timeout: RECHECK_TIMEOUT_MS });
+    const diagnostics = recheck.checkSync(`^(?:${normalisedSource})$`, '', { timeout: RECHECK_TIMEOUT_MS });
     if (diagnostics.status === 'safe') return undefined;
     if (diagnostics.status === 'vulnerable') {
       return `regex can backtrack catastrophically (${diagnostics.complexity.type})`;

@@ -138,6 +138,9 @@ export async function prepareWorkerService({
     processMetrics: instanceMetrics,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });
+  // Fastify compiles the routes' schemas when it is made ready: 80 ms of CPU that would otherwise
+  // fall on the listen, when a standby replaces a dead worker
+  await app.ready();
   const smtp = createSmtpServer({
     config,
     store,
