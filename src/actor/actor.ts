@@ -137,9 +137,9 @@ export class MessageActor {
     );
   }
 
-  /** Extends the lease, in line with the actor's other writes. */
+  /** Extends the lease, in line with the actor's other writes (see OwnedMessage.renewLease). */
   renew(): Promise<void> {
-    return this.persist({ set: { due_at: new Date(Date.now() + this.deps.leaseMs) } }).catch(() => {});
+    return this.message.renewLease(this.deps.leaseMs).catch(() => {});
   }
 
   /** Takes the message back to queued for a new round of attempts (its state was checked). */

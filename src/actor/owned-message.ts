@@ -49,13 +49,15 @@ export class OwnedMessage {
   }
 
   /**
-   * Queues one fenced write; a function is given the current document, so it decides in turn. A
-   * deferred change (see `defer`) goes in the same write, before this one.
+   * Queues one fenced write; a function is given the current document, so it decides in turn (and
+   * may decide that there is nothing to write). A deferred change (see `defer`) goes in the same
+   * write, before this one.
    */
-  write(changeOrDecide: Change | ((doc: MessageDoc) => Change)): Promise<void> {
+  write(changeOrDecide: Change | ((doc: MessageDoc) => Change | undefined)): Promise<void> {
     const write = this.writes.then(async () => {
       if (this.lost) throw new OwnershipLost();
       const own = typeof changeOrDecide === 'function' ? changeOrDecide(this.current) : changeOrDecide;
+      if (own === undefined) return;
       const change = this.deferred ? mergeChanges(this.deferred, own) : own;
       const update: UpdateFilter<MessageDoc> = {};
       if (change.set) update.$set = change.set;
@@ -90,8 +92,24 @@ export class OwnedMessage {
     return write;
   }
 
-  /** How long the owner holds the message once `change` is written (it may move the lease). */
+  /**
+   * Extends the lease by `leaseMs` from when the write goes, in line with the owner's other writes,
+   * unless one queued before it released the message: a renewal then would hold back its retry and,
+   * landing after a claimant took the message, make that claimant's writes fail their fence.
+   */
+  renewLease(leaseMs: number): Promise<void> {
+    return this.write((doc) =>
+      doc.lease_owner === undefined ? undefined : { set: { due_at: new Date(Date.now() + leaseMs) } },
+    );
+  }
+
+  /**
+   * How long the owner holds the message once `change` is written (it may move the lease). A
+   * release holds nothing, though it sets `due_at` (to the next retry): a claimant may take the
+   * message from then on, so any later write of this owner reads its fence first.
+   */
   private heldAfter(change: Change): number | undefined {
+    if (change.unset?.includes('lease_owner')) return undefined;
     if (change.set?.due_at) return heldUntil(change.set.due_at);
     return change.unset?.includes('due_at') ? undefined : this.owner.heldUntil;
   }

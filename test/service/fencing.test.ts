@@ -2,8 +2,10 @@
 // in only at the owner's epoch and version; one retried after it went in is recognised as in (also
 // when its reply was lost on the way); one from an owner that lost the message changes nothing.
 import test from 'ava';
+import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { applyOwnerWrites, moveToEpoch, removeAsOwners } from '../../src/store/fencing.ts';
 import { idAt } from '../../src/store/ids.ts';
+import { claimMessage } from '../../src/store/leases.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { writeAsOwner } from '../../src/store/working-set.ts';
@@ -82,4 +84,41 @@ test('an owner write whose reply was lost is tried again and goes in once, even 
   t.is(await writeAsOwner(store, owner, { $inc: { claims: 1 } }), 2);
   t.is(cutter.cuts, 1, 'the first try went in and its reply was lost');
   t.like(await store.messages.findOne({ _id: doc._id }), { version: 2, claims: 1 });
+});
+
+test('an owner that released a message holds it no more: a renewal queued behind the release writes nothing, a write after a claim is refused', async (t) => {
+  const { store } = await openTestDatabase('released');
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  const doc: MessageDoc = {
+    ...inFlight(0),
+    lease_owner: 'first',
+    due_at: new Date(Date.now() + 2000),
+    scheduled: true,
+  };
+  await store.messages.insertOne(doc);
+  const owned = new OwnedMessage(store, doc);
+  // its retry is due in a minute; the lease renewal was queued while the release was on its way
+  const retryAt = new Date(Date.now() + 60_000);
+  await Promise.all([
+    owned.write({ set: { due_at: retryAt }, unset: ['lease_owner'] }),
+    owned.renewLease(2000),
+  ]);
+  const released = await store.messages.findOne({ _id: doc._id });
+  t.like(released, { version: 2, due_at: retryAt });
+  t.is(released?.lease_owner, undefined);
+
+  // another process claims it (a claimant that saw it due earlier): the first owner's next write
+  // must not go in, though the retry it set is a minute away
+  const claimed = await claimMessage(store, doc._id, 1, 'second', 2000);
+  t.like(claimed, { lease_epoch: 2, version: 3, lease_owner: 'second' });
+  await t.throwsAsync(owned.write({ set: { parse_failures: 1 } }), { instanceOf: OwnershipLost });
+  t.like(await store.messages.findOne({ _id: doc._id }), {
+    lease_epoch: 2,
+    version: 3,
+    lease_owner: 'second',
+  });
+  t.is((await store.messages.findOne({ _id: doc._id }))?.parse_failures, undefined);
 });
