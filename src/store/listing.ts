@@ -5,8 +5,8 @@
 // document holding 50 packed summaries read in 1-2 ms. So beside the record partitions
 // (`history_<day>`, `dlq_<day>`) there are listing partitions (`delivered_list_<hour>`,
 // `dlq_list_<day>`; partitions.ts says why these spans) of entry sets: each archive batch appends
-// one document per listing partition holding the summaries of its records, packed; the writer
-// compacts them into one soon after (and a reader that finds many written elsewhere merges them). The records stay the truth (a lookup by id
+// one document per listing partition holding the summaries of its records, packed, and a reader
+// that finds many such documents merges them into one. The records stay the truth (a lookup by id
 // reads them); the entries are written after them and before the message leaves the working set,
 // so a reader that does not find a message in the working set finds its entry.
 import { Binary, BSON, ObjectId } from 'mongodb';
@@ -136,22 +136,17 @@ function recall(namespace: string, id: ObjectId): ListingEntry[] | undefined {
   return kept;
 }
 
-/** Keeps the decoded entries of set `id` of `namespace` (never to be changed: shared with readers). */
-function keep(namespace: string, id: ObjectId, entries: ListingEntry[]): void {
-  decoded.set(`${namespace}/${id.toHexString()}`, entries);
+async function unpackKept(namespace: string, set: EntrySet): Promise<ListingEntry[]> {
+  const kept = recall(namespace, set._id);
+  if (kept) return kept;
+  const entries = await unpack(set);
+  decoded.set(`${namespace}/${set._id.toHexString()}`, entries);
   decodedEntries += entries.length;
   for (const [oldest, old] of decoded) {
     if (decodedEntries <= DECODED_MAX_ENTRIES) break;
     decoded.delete(oldest);
     decodedEntries -= old.length;
   }
-}
-
-async function unpackKept(namespace: string, set: EntrySet): Promise<ListingEntry[]> {
-  const kept = recall(namespace, set._id);
-  if (kept) return kept;
-  const entries = await unpack(set);
-  keep(namespace, set._id, entries);
   return entries;
 }
 
@@ -160,91 +155,11 @@ export function listingPartitionOf(kind: RecordKind, id: string): string {
   return partitionOf(listingKind(kind), id);
 }
 
-/** Appends entries to the listing partition `name`: one insert, compacted soon after (`compactSoon`). */
+/** Appends entries to the listing partition `name`: one insert. */
 export async function appendEntries(store: Connection, name: string, entries: ListingEntry[]): Promise<void> {
   if (entries.length === 0) return;
   store.partitions.note(name);
-  const collection = store.db.collection<EntrySet>(name);
-  await collection.insertOne(await pack(entries), { writeConcern: DURABLE });
-  compactSoon(store, name, collection.namespace);
-}
-
-/** A partition stays uncompacted this long after this process's last append to it, at most. */
-const COMPACT_WHEN_QUIET_MS = 1000;
-
-/** A partition this process appended to and has yet to compact (or is compacting). */
-interface Compaction {
-  store: Connection;
-  name: string;
-  timer?: NodeJS.Timeout;
-  running?: Promise<void>;
-  again: boolean;
-}
-/** By namespace. */
-const compactions = new Map<string, Compaction>();
-
-/**
- * The writer compacts what it appended: once this process has appended nothing to the partition for
- * a second, it merges the partition's sets into one (in the background). Left to readers, the first
- * page after a burst of mail read dozens of small sets and merged them while its client waited:
- * after 1,480 messages the first pages took 60-130 ms and the rest 10. The merged entries stay
- * decoded here for this process's readers. Only when quiet: a merge rewrites the partition's
- * entries whole, and under steady load one every few appends would rewrite an hour of summaries
- * again and again (readers still merge more than 8 sets, as before). A compaction that runs just
- * after retention dropped its partition writes it again, and the next retention pass drops it:
- * only a replay appends to a partition that old.
- */
-function compactSoon(store: Connection, name: string, namespace: string): void {
-  let pending = compactions.get(namespace);
-  if (!pending) {
-    pending = { store, name, again: false };
-    compactions.set(namespace, pending);
-  }
-  clearTimeout(pending.timer);
-  pending.timer = setTimeout(() => startCompaction(namespace), COMPACT_WHEN_QUIET_MS).unref();
-}
-
-function startCompaction(namespace: string): void {
-  const pending = compactions.get(namespace);
-  if (!pending) return;
-  clearTimeout(pending.timer);
-  pending.timer = undefined;
-  if (pending.running) {
-    pending.again = true;
-    return;
-  }
-  pending.running = compact(pending.store, pending.name)
-    .catch(() => {
-      // readers merge as before
-    })
-    .finally(() => {
-      pending.running = undefined;
-      if (pending.again) {
-        pending.again = false;
-        startCompaction(namespace);
-      } else if (pending.timer === undefined) compactions.delete(namespace);
-    });
-}
-
-/** Starts every compaction this process has pending and waits until none, nor any merge, is left (tests). */
-export async function settleCompactions(): Promise<void> {
-  while (compactions.size > 0 || mergesRunning.size > 0) {
-    for (const [namespace, pending] of compactions) if (pending.timer) startCompaction(namespace);
-    await Promise.all([
-      ...[...compactions.values()].map((pending) => pending.running),
-      ...mergesRunning.values(),
-    ]);
-  }
-}
-
-/** Merges a partition of more than one set, then reads it once more so its view is kept. */
-async function compact(store: Connection, name: string): Promise<void> {
-  // a reader's merge of it first: it may leave nothing to do
-  await mergesRunning.get(store.db.collection(name).namespace);
-  const { merged } = await readPartition(store, name, 1);
-  if (!merged) return;
-  await merged;
-  await readPartition(store, name, MERGE_ABOVE);
+  await store.db.collection<EntrySet>(name).insertOne(await pack(entries), { writeConcern: DURABLE });
 }
 
 /** Appends each entry to the listing partition of its record: one insert per partition. */
@@ -306,7 +221,7 @@ function keepView(key: string, view: readonly MessageSummary[]): void {
 }
 
 /** Namespaces (database.collection) this process is merging now. */
-const mergesRunning = new Map<string, Promise<void>>();
+const merging = new Set<string>();
 
 /** A pointer's set went missing under a reader (a merge replaced it): read the partition again. */
 const MISSING_SET_RETRIES = 3;
@@ -320,18 +235,6 @@ const MISSING_SET_RETRIES = 3;
  * sets to merge later.
  */
 export async function readEntries(store: Connection, name: string): Promise<readonly MessageSummary[]> {
-  return (await readPartition(store, name, MERGE_ABOVE)).view;
-}
-
-/**
- * readEntries, merging the partition when it holds more than `mergeAbove` sets (and no merge of it
- * is running here): `merged` is that merge, running in the background.
- */
-async function readPartition(
-  store: Connection,
-  name: string,
-  mergeAbove: number,
-): Promise<{ view: readonly MessageSummary[]; merged?: Promise<void> }> {
   const collection = store.db.collection<EntrySet>(name);
   const namespace = collection.namespace;
   for (let attempt = 0; ; attempt++) {
@@ -340,29 +243,25 @@ async function readPartition(
       .map((set) => set._id.toHexString())
       .sort()
       .join(',')}`;
-    const wantsMerge = sets.length > mergeAbove;
     const kept = views.get(key);
     if (kept) {
       views.delete(key);
       views.set(key, kept);
-      if (!wantsMerge || mergesRunning.has(namespace)) return { view: kept };
+      return kept;
     }
     // shared with other readers (see `decoded`): read, never changed
     const decodedSets = await Promise.all(sets.map((set) => entriesOf(store, name, namespace, set)));
     if (decodedSets.includes(undefined) && attempt < MISSING_SET_RETRIES) continue;
     const all = decodedSets.flatMap((entries) => entries ?? []);
-    let merged: Promise<void> | undefined;
-    // checked again now: another read of this process may have started one while this one decoded
-    if (wantsMerge && !mergesRunning.has(namespace)) {
-      merged = merge(store, name, sets, all).finally(() => mergesRunning.delete(namespace));
-      mergesRunning.set(namespace, merged);
+    if (sets.length > MERGE_ABOVE && !merging.has(namespace)) {
+      merging.add(namespace);
+      void merge(store, name, sets, all).finally(() => merging.delete(namespace));
     }
-    if (kept) return { view: kept, ...(merged ? { merged } : {}) };
     const view = [...latest(all).values()]
       .filter((entry): entry is MessageSummary & { version: number } => entry.removed === undefined)
       .sort((a, b) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0));
     if (!decodedSets.includes(undefined)) keepView(key, view);
-    return { view, ...(merged ? { merged } : {}) };
+    return view;
   }
 }
 
@@ -390,12 +289,9 @@ async function merge(store: Connection, name: string, sets: EntrySet[], all: Lis
   try {
     store.partitions.note(mergedName);
     for (let start = 0; start < merged.length; start += MERGED_MAX) {
-      const entries = merged.slice(start, start + MERGED_MAX);
-      const set = await pack(entries);
+      const set = await pack(merged.slice(start, start + MERGED_MAX));
       // the set first, then its pointer: a pointer always finds its set
       await mergedSets.insertOne(set, { writeConcern: DURABLE });
-      // the next reader here finds the pointer and these entries, not a set to read and decode
-      keep(mergedSets.namespace, set._id, entries);
       await collection.insertOne({ _id: set._id, merged: true }, { writeConcern: DURABLE });
     }
     // By exact id, in one command: FerretDB runs a `$in` as a query over the whole partition that
