@@ -135,8 +135,31 @@ function callOnce(method: string, path: string, options: CallOptions = {}): Prom
     request.on('response', () => {
       answered = true;
     });
-    request.end(payload);
+    void sendBody(request, payload, () => answered);
   });
+}
+
+const BODY_CHUNK_BYTES = 64 * 1024;
+
+/**
+ * Writes the body a chunk at a time, letting the event loop read between chunks, and stops once
+ * the answer has come: a server that refuses a large body (413) answers and closes at once, and a
+ * client with a write pending then fails with EPIPE before it reads that answer (in CI, five times
+ * in a row when the whole body was handed over in one write).
+ */
+async function sendBody(request: http.ClientRequest, payload: Buffer | undefined, answered: () => boolean) {
+  if (!payload || payload.length <= BODY_CHUNK_BYTES) {
+    request.end(payload);
+    return;
+  }
+  for (let at = 0; at < payload.length; at += BODY_CHUNK_BYTES) {
+    if (answered() || request.destroyed) return;
+    // the next chunk only once this one is with the kernel, and after a turn that reads
+    if (!request.write(payload.subarray(at, at + BODY_CHUNK_BYTES)))
+      await new Promise((resolve) => request.once('drain', resolve).once('close', resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  if (!answered() && !request.destroyed) request.end();
 }
 
 /** Bytes straight onto a socket, for requests no HTTP client will form; the status and body back. */
