@@ -38,7 +38,8 @@ const STANDBY_RESTART_MS = 1000;
  * starting worker (a standby, a replacement) otherwise gets the share of a serving one, and took
  * 3-4 s to be ready where it needs 0.5 s of CPU (1.5-2.6 s at nice -5, 0.8-1.7 s at -10, under the
  * worker-kill drill). Raising a priority needs the privilege to (root, CAP_SYS_NICE); without it,
- * workers start at the usual priority.
+ * workers start at the usual priority. Only workers started once the service is ready are raised
+ * (see `fork`).
  */
 const STARTING_PRIORITY = -10;
 
@@ -137,7 +138,11 @@ export class Supervisor {
   private fork(role: 'serving' | 'standby'): Worker {
     // the worker's role is in its environment: a standby prepares less (see prepareWorkerService)
     const worker = cluster.fork({ ...this.options.env, WORKER_ROLE: role });
-    if (this.mayPrioritise) this.mayPrioritise = prioritise(worker.process.pid, STARTING_PRIORITY);
+    // only once the service is ready (the standby, replacements): the first workers start while
+    // nothing of this instance serves yet, and raised they would only take the cores from the
+    // database and whatever else runs (a test suite starts a service per test)
+    const raised = this.announced && this.mayPrioritise;
+    if (raised) this.mayPrioritise = prioritise(worker.process.pid, STARTING_PRIORITY);
     if (role === 'standby') {
       this.standby = worker;
       this.standbyPrepared = false;
@@ -148,7 +153,7 @@ export class Supervisor {
       switch (message.type) {
         case 'prepared':
           // lowering a priority back needs no privilege
-          if (this.mayPrioritise) prioritise(worker.process.pid, 0);
+          if (raised && this.mayPrioritise) prioritise(worker.process.pid, 0);
           if (worker === this.standby) this.standbyPrepared = true;
           // a serving worker, or a standby promoted while it was still starting: it serves now
           else sendToWorker(worker, { type: 'activate' });
