@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { answers, freePort } from '../util/ports.ts';
+import { answers, freePort, listensOn } from '../util/ports.ts';
 import { watchSqliteIds } from './sqlite-id-indexes.ts';
 
 export interface LocalServer {
@@ -143,6 +143,25 @@ const NO_SERVER_ADVICE =
   'No MongoDB-compatible server could be started. Set MONGODB_URI (or --mongodb-uri) to a MongoDB 7+ ' +
   'server, or install mongod, or build FerretDB with `bash scripts/install-ferretdb.sh`.';
 
+/**
+ * A server that exited while it started. On a port found free a moment before, that is most often
+ * another listener that took the port first: the server is started again on another.
+ */
+class ExitedWhileStarting extends Error {}
+const START_TRIES = 3;
+
+/** Runs `start` on `given`, or on a free port, and on another should the server exit while starting there. */
+async function onSomePort<T>(given: number | undefined, start: (port: number) => Promise<T>): Promise<T> {
+  for (let tries = 1; ; tries++) {
+    const port = given || (await freePort());
+    try {
+      return await start(port);
+    } catch (err) {
+      if (given || tries >= START_TRIES || !(err instanceof ExitedWhileStarting)) throw err;
+    }
+  }
+}
+
 /** No development database could be started: the message says why and what to do instead. */
 export class NoServerError extends Error {
   readonly code = 'no_database_server';
@@ -178,9 +197,10 @@ async function launch(kind: string, file: string, args: string[], port: number):
     stderrTail = (stderrTail + chunk.toString()).slice(-2000);
   });
   const deadline = Date.now() + 20_000;
-  while (!(await answers(port))) {
+  // it answers, and it is the one that answers: another listener may have taken the port first
+  while (!(await answers(port)) || listensOn(child.pid ?? 0, port) === false) {
     if (child.exitCode !== null || child.signalCode !== null)
-      throw new Error(`${kind} exited during startup: ${stderrTail.trim()}`);
+      throw new ExitedWhileStarting(`${kind} exited during startup: ${stderrTail.trim()}`);
     if (Date.now() > deadline) {
       child.kill('SIGKILL');
       throw new Error(`${kind} did not answer on port ${port} within 20s: ${stderrTail.trim()}`);
@@ -233,17 +253,18 @@ async function startProcess(
 
 export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
   const dataDir = path.resolve(options.dataDir);
-  const port = options.port || (await freePort());
 
   const mongod = findExecutable('mongod');
   if (mongod) {
     const dbPath = path.join(dataDir, 'mongod');
     mkdirSync(dbPath, { recursive: true });
-    return startProcess(
-      'mongod',
-      mongod,
-      ['--dbpath', dbPath, '--port', String(port), '--bind_ip', '127.0.0.1', '--quiet'],
-      port,
+    return onSomePort(options.port, (port) =>
+      startProcess(
+        'mongod',
+        mongod,
+        ['--dbpath', dbPath, '--port', String(port), '--bind_ip', '127.0.0.1', '--quiet'],
+        port,
+      ),
     );
   }
 
@@ -258,18 +279,20 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
     const storage = postgres
       ? ['--handler=postgresql', `--postgresql-url=${postgres.url}`]
       : ['--handler=sqlite', `--sqlite-url=file:${dir}/`];
-    const server = await startProcess(
-      'ferretdb',
-      ferretdb,
-      [
-        ...storage,
-        `--listen-addr=127.0.0.1:${port}`,
-        '--debug-addr=127.0.0.1:0',
-        `--state-dir=${dir}`,
-        '--telemetry=disable',
-        '--log-level=error',
-      ],
-      port,
+    const server = await onSomePort(options.port, (port) =>
+      startProcess(
+        'ferretdb',
+        ferretdb,
+        [
+          ...storage,
+          `--listen-addr=127.0.0.1:${port}`,
+          '--debug-addr=127.0.0.1:0',
+          `--state-dir=${dir}`,
+          '--telemetry=disable',
+          '--log-level=error',
+        ],
+        port,
+      ),
     );
     if (!postgres) {
       const indexes = watchSqliteIds(dir);
@@ -295,7 +318,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
     const dbPath = path.join(dataDir, 'memory-server');
     mkdirSync(dbPath, { recursive: true });
     const server = await MongoMemoryServer.create({
-      instance: { port, dbPath, storageEngine: 'wiredTiger' },
+      instance: { port: options.port || (await freePort()), dbPath, storageEngine: 'wiredTiger' },
     });
     return {
       uri: server.getUri(),

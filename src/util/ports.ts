@@ -1,4 +1,6 @@
-// TCP ports: a free one to listen on, and whether something answers on one.
+// TCP ports: a free one to listen on, whether something answers on one, and whether a given
+// process is the one listening there.
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import net from 'node:net';
 
 export async function freePort(host = '127.0.0.1'): Promise<number> {
@@ -24,5 +26,40 @@ export function answers(port: number, host = '127.0.0.1', timeoutMs = 500): Prom
     socket.setTimeout(timeoutMs, () => done(false));
     socket.once('connect', () => done(true));
     socket.once('error', () => done(false));
+  });
+}
+
+/**
+ * Whether process `pid` holds the socket listening on TCP `port` (Linux, from /proc); undefined
+ * where that cannot be read. A port found free can be taken by another listener before the server
+ * started for it binds it: that server then fails, and something else answers on its port.
+ */
+export function listensOn(pid: number, port: number): boolean | undefined {
+  const inodes = new Set<string>();
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  try {
+    for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+      for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+        const fields = line.trim().split(/\s+/);
+        // local_address is ADDRESS:PORT, st 0A is LISTEN, the inode is the tenth field
+        if (fields[1]?.endsWith(`:${hexPort}`) && fields[3] === '0A' && fields[9]) inodes.add(fields[9]);
+      }
+    }
+  } catch {
+    return undefined; // no /proc: cannot tell
+  }
+  const fds = `/proc/${pid}/fd`;
+  let open: string[];
+  try {
+    open = readdirSync(fds);
+  } catch {
+    return false; // the process is gone
+  }
+  return open.some((fd) => {
+    try {
+      return inodes.has(/^socket:\[(\d+)\]$/.exec(readlinkSync(`${fds}/${fd}`))?.[1] ?? '');
+    } catch {
+      return false; // closed meanwhile
+    }
   });
 }

@@ -1,0 +1,45 @@
+// The development database's launcher makes sure that what answers on the port is the server it
+// started: a port found free can be taken by another listener before the server binds it (tests
+// and services start listeners on free ports all the time), and a connection alone cannot tell.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import test from 'ava';
+import { findExecutable, startLocalServer } from '../../src/local-db/server.ts';
+import { listensOn } from '../../src/util/ports.ts';
+
+async function listener(): Promise<{ server: net.Server; port: number }> {
+  const server = net.createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, port: (server.address() as net.AddressInfo).port };
+}
+
+test('listensOn tells the process that holds a listening port from any other', async (t) => {
+  const { server, port } = await listener();
+  t.teardown(() => server.close());
+  const other = spawn('sleep', ['30']);
+  t.teardown(() => other.kill('SIGKILL'));
+  t.is(listensOn(process.pid, port), true);
+  t.is(listensOn(other.pid!, port), false);
+  // a port nobody listens on
+  server.close();
+  await new Promise((resolve) => server.once('close', resolve));
+  t.is(listensOn(process.pid, port), false);
+});
+
+test('a server whose port another listener holds is not taken for started', async (t) => {
+  if (!findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')])) {
+    t.log('skipped: FerretDB is not installed (bash scripts/install-ferretdb.sh)');
+    t.pass();
+    return;
+  }
+  const { server, port } = await listener();
+  t.teardown(() => server.close());
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-taken-'));
+  t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+  // the port is given: it is not for the launcher to move, so it says what happened
+  const error = await t.throwsAsync(startLocalServer({ dataDir, port, ferretBackend: 'sqlite' }));
+  t.regex(error?.message ?? '', /exited during startup/);
+});
