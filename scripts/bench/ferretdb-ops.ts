@@ -5,15 +5,12 @@
 // accepted message. Reports the database's CPU per document (FerretDB, and PostgreSQL's processes
 // for that backend): the floor under what a message costs the database, whatever the service does.
 //   node scripts/bench/ferretdb-ops.ts [--working-set 100] [--documents 480]
-import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { MongoClient } from 'mongodb';
-import { startLocalServer } from '../../src/local-db/server.ts';
 import { DURABLE } from '../../src/store/connection.ts';
 import { idAt } from '../../src/store/ids.ts';
-import { cpuSeconds, postgresPids, sumCpu } from './proc.ts';
+import { onEachBackend, type ThrowawayDatabase } from './throwaway-db.ts';
 
 const { values } = parseArgs({
   options: {
@@ -61,12 +58,8 @@ function message(): { _id: string } & Record<string, unknown> {
 
 const round = (n: number) => Number(n.toFixed(3));
 
-async function measure(backend: 'sqlite' | 'auto') {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-opsbench-'));
-  const server = await startLocalServer({ dataDir, ferretBackend: backend });
+async function measure({ server, cpuSeconds: databaseCpu }: ThrowawayDatabase) {
   const client = await new MongoClient(server.uri).connect();
-  const databaseCpu = () =>
-    cpuSeconds(server.pid?.() ?? 0) + (backend === 'auto' ? sumCpu(postgresPids()) : 0);
   try {
     const collection = client.db('opsbench').collection<{ _id: string }>('messages');
     await collection.insertMany(Array.from({ length: workingSet }, message));
@@ -99,16 +92,13 @@ async function measure(backend: 'sqlite' | 'auto') {
         find_by_id_ms: perDocumentMs(find, rounds * batch),
       });
     }
-    return { backend: backend === 'auto' ? 'ferretdb+postgresql' : 'ferretdb+sqlite', rows };
+    return { rows };
   } finally {
     await client.close();
-    await server.stop();
-    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
-const results = [];
-for (const backend of ['sqlite', 'auto'] as const) results.push(await measure(backend));
+const results = await onEachBackend(measure);
 process.stdout.write(
   `${JSON.stringify({ working_set: workingSet, documents, load: os.loadavg()[0], results }, null, 2)}\n`,
 );

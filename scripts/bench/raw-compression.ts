@@ -4,18 +4,17 @@
 // of our compression and of the database (FerretDB and PostgreSQL) for each insert.
 //   node scripts/bench/raw-compression.ts [--messages 1000] [--class text]   (default: the whole mix)
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { Binary } from 'mongodb';
-import { startLocalServer } from '../../src/local-db/server.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
 import { type MessageClass, MessageMix } from './mix.ts';
-import { cpuSeconds, postgresPids, sumCpu } from './proc.ts';
+import { type Backend, onEachBackend, type ThrowawayDatabase } from './throwaway-db.ts';
 
 const { values } = parseArgs({
   options: { messages: { type: 'string', default: '1000' }, class: { type: 'string' } },
@@ -37,7 +36,7 @@ const received = messages.reduce((sum, m) => sum + m.bytes.length, 0);
  * What a database takes on disk: SQLite keeps a file (and its write-ahead log) per database;
  * PostgreSQL a schema per database, TOAST included (FerretDB's own collStats leaves TOAST out).
  */
-function storageMb(backend: 'sqlite' | 'auto', dataDir: string, database: string): number {
+function storageMb(backend: Backend, dataDir: string, database: string): number {
   if (backend === 'sqlite') {
     const file = path.join(dataDir, 'ferretdb', `${database}.sqlite`);
     const wal = `${file}-wal`;
@@ -57,13 +56,9 @@ function storageMb(backend: 'sqlite' | 'auto', dataDir: string, database: string
   return Number(bytes) / 1e6;
 }
 
-async function measure(backend: 'sqlite' | 'auto') {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-rawbench-'));
-  const server = await startLocalServer({ dataDir, ferretBackend: backend });
+async function measure({ backend, server, dataDir, cpuSeconds: databaseCpu }: ThrowawayDatabase) {
   const plainStore = await openStore({ uri: server.uri, dbName: 'rawplain', ensureIndexes: false });
   const store = await openStore({ uri: server.uri, dbName: 'rawgzip', ensureIndexes: false });
-  const databaseCpu = () =>
-    cpuSeconds(server.pid?.() ?? 0) + (backend === 'auto' ? sumCpu(postgresPids()) : 0);
   try {
     // as received, one document each, the way the earlier layout stored them
     const plain = plainStore.db.collection<{ _id: string; data: Binary; size: number }>('plain');
@@ -84,7 +79,6 @@ async function measure(backend: 'sqlite' | 'auto') {
     for (let i = 0; i < messages.length; i += BATCH) await insertRawMany(store, messages.slice(i, i + BATCH));
     const gzipDbCpu = databaseCpu() - before;
     return {
-      backend: backend === 'auto' ? 'ferretdb+postgresql' : 'ferretdb+sqlite',
       storage_plain_mb: round(storageMb(backend, dataDir, 'rawplain')),
       storage_gzip_mb: round(storageMb(backend, dataDir, 'rawgzip')),
       db_cpu_s_plain: round(plainDbCpu),
@@ -95,13 +89,10 @@ async function measure(backend: 'sqlite' | 'auto') {
   } finally {
     await store.close();
     await plainStore.close();
-    await server.stop();
-    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
-const results = [];
-for (const backend of ['sqlite', 'auto'] as const) results.push(await measure(backend));
+const results = await onEachBackend(measure);
 process.stdout.write(
   `${JSON.stringify({ messages: count, class: only ?? 'mix', received_mb: received / 1e6, load: os.loadavg()[0], results }, null, 2)}\n`,
 );

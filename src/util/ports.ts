@@ -37,16 +37,18 @@ export function answers(port: number, host = '127.0.0.1', timeoutMs = 500): Prom
 export function listensOn(pid: number, port: number): boolean | undefined {
   const inodes = new Set<string>();
   const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
-  try {
-    for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-      for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
-        const fields = line.trim().split(/\s+/);
-        // local_address is ADDRESS:PORT, st 0A is LISTEN, the inode is the tenth field
-        if (fields[1]?.endsWith(`:${hexPort}`) && fields[3] === '0A' && fields[9]) inodes.add(fields[9]);
-      }
+  const tables = ['/proc/net/tcp', '/proc/net/tcp6'].flatMap((table) => {
+    try {
+      return [readFileSync(table, 'utf8')];
+    } catch {
+      return []; // no IPv6, say
     }
-  } catch {
-    return undefined; // no /proc: cannot tell
+  });
+  if (tables.length === 0) return undefined; // no /proc: cannot tell
+  for (const line of tables.flatMap((table) => table.split('\n').slice(1))) {
+    const fields = line.trim().split(/\s+/);
+    // local_address is ADDRESS:PORT, st 0A is LISTEN, the inode is the tenth field
+    if (fields[1]?.endsWith(`:${hexPort}`) && fields[3] === '0A' && fields[9]) inodes.add(fields[9]);
   }
   const fds = `/proc/${pid}/fd`;
   let open: string[];
