@@ -112,7 +112,8 @@ export class ActorSystem {
     try {
       const capacity = this.maxActors - this.running.size;
       if (capacity <= 0) return;
-      const due = await findDue(this.options.store, new Date(), Math.min(capacity, 100));
+      const now = new Date();
+      const due = await findDue(this.options.store, now, Math.min(capacity, 100));
       for (const candidate of due) {
         if (this.stopping) return;
         if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
@@ -122,6 +123,7 @@ export class ActorSystem {
           candidate.lease_epoch,
           this.owner,
           this.options.leaseMs,
+          now,
         );
         if (!doc) continue;
         // an owner's lease that expired (a retry that came due has no owner left)

@@ -20,7 +20,7 @@ export interface OwnerWrite {
   update: UpdateFilter<MessageDoc>;
 }
 
-type Fence = Pick<MessageDoc, '_id' | 'lease_epoch' | 'version'>;
+type Fence = Pick<MessageDoc, '_id' | 'lease_epoch' | 'version' | 'due_at'>;
 
 const bump = (update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> => ({
   ...update,
@@ -28,8 +28,12 @@ const bump = (update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> => ({
 });
 
 /** The fences of these messages now, by exact `_id` (a message that is gone: undefined). */
-async function readFences(store: Connection, ids: string[]): Promise<Array<Fence | undefined>> {
-  const projection = { _id: 1, lease_epoch: 1, version: 1 };
+async function readFences(
+  store: Connection,
+  ids: string[],
+  also: { due_at?: 1 } = {},
+): Promise<Array<Fence | undefined>> {
+  const projection = { _id: 1, lease_epoch: 1, version: 1, ...also };
   return Promise.all(
     ids.map(async (id) => (await store.messages.findOne({ _id: id }, { projection })) ?? undefined),
   );
@@ -130,18 +134,26 @@ export async function removeAsOwners(store: Connection, owners: Ownership[]): Pr
 
 /**
  * Moves a message to the epoch its claimant won (see claimMessage), if it is still at the epoch
- * the claimant saw; the message as it is then, or undefined.
+ * the claimant saw and, with `dueBy`, still due by then (`due_at` not later): the message as it is
+ * then, or undefined. A claimant that found the message due a while ago must not take it from an
+ * owner who has renewed its lease since, at the same epoch: that owner writes by `_id` while its
+ * lease holds, and both would deliver.
  */
 export async function moveToEpoch(
   store: Connection,
   id: string,
   fromEpoch: number,
   update: UpdateFilter<MessageDoc>,
+  dueBy?: Date,
 ): Promise<MessageDoc | undefined> {
   if (store.ferretdb) {
-    const [fence] = await readFences(store, [id]);
+    const [fence] = await readFences(store, [id], { due_at: 1 });
     if (fence?.lease_epoch !== fromEpoch) return undefined;
+    if (dueBy && !((fence.due_at?.getTime() ?? Number.POSITIVE_INFINITY) <= dueBy.getTime()))
+      return undefined;
   }
-  const filter = store.ferretdb ? { _id: id } : { _id: id, lease_epoch: fromEpoch };
+  const filter = store.ferretdb
+    ? { _id: id }
+    : { _id: id, lease_epoch: fromEpoch, ...(dueBy ? { due_at: { $lte: dueBy } } : {}) };
   return (await store.messages.findOneAndUpdate(filter, update, { returnDocument: 'after' })) ?? undefined;
 }

@@ -28,6 +28,10 @@ export function findDue(
  * where a conditional update is not); only the winner then moves the message to that epoch.
  * A winner that died between the two steps leaves an expired lease and the message at the old
  * epoch: a later claimant moves past such an orphaned lease to the next epoch.
+ *
+ * With `dueBy` (the scheduler, which found the message due), the move happens only if the message
+ * is still due by then: its owner may have renewed the lease since. A refused move gives its lease
+ * back at once, so that it does not stand in the way of a claim once the message is due again.
  */
 export async function claimMessage(
   store: Store,
@@ -35,6 +39,7 @@ export async function claimMessage(
   currentEpoch: number,
   owner: string,
   leaseMs: number,
+  dueBy?: Date,
 ): Promise<MessageDoc | undefined> {
   const expiresAt = new Date(Date.now() + leaseMs);
   let epoch = currentEpoch + 1;
@@ -51,12 +56,20 @@ export async function claimMessage(
     }
   }
   // the won epoch must reach the message; a transient failure here would orphan the lease
-  return retryTransient(() =>
-    moveToEpoch(store, id, currentEpoch, {
-      $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
-      $inc: { version: 1, claims: 1 },
-    }),
+  const moved = await retryTransient(() =>
+    moveToEpoch(
+      store,
+      id,
+      currentEpoch,
+      {
+        $set: { lease_epoch: epoch, lease_owner: owner, due_at: expiresAt, scheduled: true },
+        $inc: { version: 1, claims: 1 },
+      },
+      dueBy,
+    ),
   );
+  if (!moved) await store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
+  return moved;
 }
 
 /** Expiry is a periodic delete (FerretDB has no TTL indexes). */

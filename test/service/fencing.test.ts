@@ -5,7 +5,7 @@ import test from 'ava';
 import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { applyOwnerWrites, moveToEpoch, removeAsOwners } from '../../src/store/fencing.ts';
 import { idAt } from '../../src/store/ids.ts';
-import { claimMessage } from '../../src/store/leases.ts';
+import { claimMessage, findDue } from '../../src/store/leases.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { writeAsOwner } from '../../src/store/working-set.ts';
@@ -121,4 +121,37 @@ test('an owner that released a message holds it no more: a renewal queued behind
     lease_owner: 'second',
   });
   t.is((await store.messages.findOne({ _id: doc._id }))?.parse_failures, undefined);
+});
+
+test('a claimant that found a message due takes it only if it still is: not after its owner renewed the lease', async (t) => {
+  const { store } = await openTestDatabase('renewed');
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  const expired = new Date(Date.now() - 1000);
+  const doc: MessageDoc = { ...inFlight(0), lease_owner: 'first', due_at: expired, scheduled: true };
+  await store.messages.insertOne(doc);
+  const foundAt = new Date();
+  const [candidate] = await findDue(store, foundAt, 10);
+  t.is(candidate?._id, doc._id);
+
+  // the owner, late, renews its lease before the claim goes in
+  const owned = new OwnedMessage(store, doc);
+  await owned.renewLease(60_000);
+  t.is(await claimMessage(store, doc._id, 1, 'second', 2000, foundAt), undefined);
+  t.like(await store.messages.findOne({ _id: doc._id }), {
+    lease_epoch: 1,
+    lease_owner: 'first',
+    version: 2,
+  });
+  // the refused claim gave its lease back, and the owner's writes go on
+  t.is(await store.leases.findOne({ _id: `${doc._id}:2` }), null);
+  await owned.write({ set: { parse_failures: 1 } });
+  t.like(await store.messages.findOne({ _id: doc._id }), { version: 3, parse_failures: 1 });
+
+  // once the lease has run out, the next claimant takes it at the next epoch
+  await store.messages.updateOne({ _id: doc._id }, { $set: { due_at: expired } });
+  const claimed = await claimMessage(store, doc._id, 1, 'second', 2000, new Date());
+  t.like(claimed, { lease_epoch: 2, lease_owner: 'second' });
 });
