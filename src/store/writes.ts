@@ -57,9 +57,11 @@ async function storeRecords(
  * Under load, final records gather this long before they go into history together (with their
  * listing entries, and then their removals from the working set). Nobody waits for the move: the
  * webhook has been posted, and readers see the working-set copy until then. Batches of a few
- * records made a command per record and a listing entry set per few summaries; see ARCHITECTURE.md.
+ * records made a command per record and a listing entry set per few summaries, and a listing's
+ * first page after a burst reads every such set of the hour; see ARCHITECTURE.md. The API shows
+ * the final state that much later (openapi.yaml, GET /messages/{id}).
  */
-export const ARCHIVE_LINGER_MS = 100;
+export const ARCHIVE_LINGER_MS = 400;
 
 /**
  * On the hot path (the inserts of an accepted message, the removal of a final one) one command of
