@@ -1,7 +1,11 @@
 // The web console end to end in a real browser (Debian's chromium through playwright-core)
 // against the running service, real mail and a real webhook receiver: sign in, find and open a
 // message, replay dead letters (one, then all that match) and see them delivered, create and
-// delete a route, use the route tester; a wrong key says so. Writes the screenshots in docs/.
+// delete a route, use the route tester; a wrong key says so. Writes the screenshots in docs/ with
+// CONSOLE_SCREENSHOTS=1, else in a temporary directory (a test run leaves the checkout as it was).
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import test from 'ava';
 import type { Page } from 'playwright-core';
@@ -12,7 +16,10 @@ import { acceptedId, sendRaw } from '../_support/smtp.ts';
 
 const KEY = 'console-test-key-0123456789';
 const DOMAIN = 'console.example';
-const DOCS = fileURLToPath(new URL('../../docs/', import.meta.url));
+const SHOTS_IN_DOCS = process.env.CONSOLE_SCREENSHOTS === '1';
+const SHOTS = SHOTS_IN_DOCS
+  ? fileURLToPath(new URL('../../docs/', import.meta.url))
+  : mkdtempSync(path.join(os.tmpdir(), 'mailroute-console-'));
 
 const present = chromiumPresent();
 if (!present)
@@ -31,7 +38,7 @@ async function send(to: string, subject: string): Promise<string> {
   return acceptedId(await sendRaw(pipe.service.smtpPort, { from: 'ana@sender.example', to: [to] }, raw));
 }
 
-const shot = (name: string) => page.screenshot({ path: `${DOCS}${name}`, fullPage: true });
+const shot = (name: string) => page.screenshot({ path: path.join(SHOTS, name), fullPage: true });
 
 if (present) {
   test.before(async () => {
@@ -56,6 +63,7 @@ if (present) {
   test.after.always(async () => {
     await browser?.close();
     await pipe?.stop();
+    if (!SHOTS_IN_DOCS) rmSync(SHOTS, { recursive: true, force: true });
   });
 }
 
