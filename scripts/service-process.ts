@@ -66,6 +66,9 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
     out += chunk.toString();
   });
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // 'close' comes once the pipes are read to their end: the last lines (`service.stopped`) may
+  // still be in them at 'exit', on a busy machine
+  const drained = new Promise<void>((resolve) => child.once('close', () => resolve()));
 
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -92,7 +95,10 @@ export function startService(options: StartOptions = {}): Promise<ServiceProcess
                 // already gone
               }
             } else if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-            return exited;
+            const code = await exited;
+            // a process of the group that outlives the primary keeps the pipes open: not for long
+            await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, 2000).unref())]);
+            return code;
           },
           workerPids() {
             // the first ones from the ready line (their own log lines may come a moment later),
