@@ -42,7 +42,12 @@ export async function locateMessage(
   if (!isId('m', id)) return null;
   const [live, record] = await Promise.all([store.messages.findOne({ _id: id }), findRecord(store, id)]);
   if (live) return { doc: live, inFlight: true };
-  return record ? { doc: record, inFlight: false } : null;
+  if (record) return { doc: record, inFlight: false };
+  // Missing from both: read side by side, the record's partition may have been read before the
+  // record was written and the working set after the message left it (the record goes first).
+  // Read again now that the working-set read has ended, it has the record if the message exists.
+  const late = await findRecord(store, id);
+  return late ? { doc: late, inFlight: false } : null;
 }
 
 export interface MessageQuery {
@@ -77,18 +82,22 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   const base: Filter<MessageDoc> = {};
   if (query.domain) base.domains = query.domain;
   if (query.before) base._id = { $lt: query.before };
-  // asked at once, beside the partitions
-  const reading = store.messages
+  const kinds = kindsFor(query.state);
+  const finding = kinds.length > 0 ? sourcesToRead(store, kinds, query.before) : undefined;
+  finding?.catch(() => {}); // awaited below; a failure meanwhile is not unhandled
+  // The working set is read to its end before any partition is: a message leaves it only once
+  // its listing entry is written, so one this read misses is in the partitions read after it.
+  // Read side by side, a partition could be read before a message's entry was written and the
+  // working set after the message had left it (a hostile test under load counted one short).
+  const live = await store.messages
     .find(query.state ? { ...base, state: query.state } : base, { projection: SUMMARY_PROJECTION })
     .sort({ _id: -1 })
     .limit(want)
     .toArray();
-  reading.catch(() => {}); // awaited below; a failure meanwhile is not unhandled
 
-  const kinds = kindsFor(query.state);
   const archived: MessageSummary[] = [];
-  if (kinds.length > 0) {
-    const sources = await sourcesToRead(store, kinds, query.before);
+  if (finding) {
+    const sources = await finding;
     const inQuery = (summary: MessageSummary) =>
       (!query.domain || summary.domains.includes(query.domain)) &&
       (!query.before || summary._id < query.before);
@@ -120,7 +129,6 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
       archived.push(...found.flat().filter(inQuery));
     }
   }
-  const live = await reading;
   // room for archived messages that turn out to be in the working set (a replay): they are left out
   const candidates = archived.sort(newestFirst).slice(0, want + 64);
 
