@@ -28,12 +28,8 @@ const bump = (update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> => ({
 });
 
 /** The fences of these messages now, by exact `_id` (a message that is gone: undefined). */
-async function readFences(
-  store: Connection,
-  ids: string[],
-  also: { due_at?: 1 } = {},
-): Promise<Array<Fence | undefined>> {
-  const projection = { _id: 1, lease_epoch: 1, version: 1, ...also };
+async function readFences(store: Connection, ids: string[]): Promise<Array<Fence | undefined>> {
+  const projection = { _id: 1, lease_epoch: 1, version: 1, due_at: 1 };
   return Promise.all(
     ids.map(async (id) => (await store.messages.findOne({ _id: id }, { projection })) ?? undefined),
   );
@@ -147,10 +143,10 @@ export async function moveToEpoch(
   dueBy?: Date,
 ): Promise<MessageDoc | undefined> {
   if (store.ferretdb) {
-    const [fence] = await readFences(store, [id], { due_at: 1 });
+    const [fence] = await readFences(store, [id]);
     if (fence?.lease_epoch !== fromEpoch) return undefined;
-    if (dueBy && !((fence.due_at?.getTime() ?? Number.POSITIVE_INFINITY) <= dueBy.getTime()))
-      return undefined;
+    // a message with no due_at is not due (final, or being moved to history)
+    if (dueBy && (fence.due_at?.getTime() ?? Number.POSITIVE_INFINITY) > dueBy.getTime()) return undefined;
   }
   const filter = store.ferretdb
     ? { _id: id }
