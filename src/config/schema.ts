@@ -130,7 +130,7 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 
 /**
  * Half the cores: a worker's event loop is only part of the CPU a message costs. Its parse threads
- * (the cores shared among the workers) and, on one machine, the database take the rest, and every
+ * (its share of the cores less one) and, on one machine, the database take the rest, and every
  * worker more splits the batched writes into smaller ones: on 2 cores, one worker delivered
  * smtp-source's 10 KB messages with about 30% less CPU per message than two (docs/BENCHMARKS.md).
  */
@@ -198,7 +198,7 @@ export const SETTINGS = Object.freeze({
     flag: 'workers',
     defaultText: 'half the cores, at least 1',
     description:
-      'Number of cluster worker processes (each with parse threads of its own: the cores shared among the workers)',
+      'Number of cluster worker processes (each with parse threads of its own: its share of the cores less one, at least 1)',
     defaultValue: () => defaultWorkers(),
     parse: integer(1, 256),
   } satisfies Setting<number>,

@@ -4,6 +4,7 @@ import os from 'node:os';
 import test from 'ava';
 import { configTableMarkdown, loadConfig, SETTINGS } from '../../src/config/schema.ts';
 import { parseDuration, parseSize } from '../../src/config/units.ts';
+import { parseThreadsPerWorker } from '../../src/service/worker-service.ts';
 
 test('defaults match the documented ones', (t) => {
   const result = loadConfig([], {});
@@ -22,9 +23,16 @@ test('defaults match the documented ones', (t) => {
   t.is(config.rawRetention, 7 * 86_400_000);
   t.is(config.standbyWorker, true);
   t.is(config.logLevel, 'info');
-  // half the cores, at least one (on a 2-core machine: one worker with two parse threads per lane)
+  // half the cores, at least one (on a 2-core machine: one worker with one parse thread per lane)
   t.is(config.workers, Math.max(1, Math.floor(os.availableParallelism() / 2)));
   t.true(Object.isFrozen(config));
+});
+
+test("a worker's parse lanes get its share of the cores less the one its event loop takes, at least one", (t) => {
+  const cores = os.availableParallelism();
+  t.is(parseThreadsPerWorker(1), Math.max(1, cores - 1));
+  t.is(parseThreadsPerWorker(cores), 1);
+  t.is(parseThreadsPerWorker(cores * 4), 1);
 });
 
 test('a flag wins over the environment, which wins over the default', (t) => {
