@@ -2,7 +2,7 @@
 // started: a port found free can be taken by another listener before the server binds it (tests
 // and services start listeners on free ports all the time), and a connection alone cannot tell.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -45,5 +45,33 @@ if (!ferretdbPresent)
     // the port is given: it is not for the launcher to move, so it says what happened
     const error = await t.throwsAsync(startLocalServer({ dataDir, port, ferretBackend: 'sqlite' }));
     t.regex(error?.message ?? '', /exited during startup/);
+  },
+);
+
+/** The environment a running process was started with (Linux's /proc). */
+function environmentOf(pid: number): Map<string, string> {
+  const pairs = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter(Boolean);
+  return new Map(pairs.map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]));
+}
+
+(ferretdbPresent && process.platform === 'linux' ? test.serial : test.skip)(
+  "the FerretDB the launcher starts runs with Go's collector at GOGC=400, unless GOGC is set",
+  async (t) => {
+    const started = async () => {
+      const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-gogc-'));
+      t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+      const server = await startLocalServer({ dataDir, ferretBackend: 'sqlite' });
+      t.teardown(() => server.stop());
+      return environmentOf(server.pid!()!);
+    };
+    const saved = process.env.GOGC;
+    t.teardown(() => {
+      if (saved === undefined) delete process.env.GOGC;
+      else process.env.GOGC = saved;
+    });
+    delete process.env.GOGC;
+    t.is((await started()).get('GOGC'), '400');
+    process.env.GOGC = '150';
+    t.is((await started()).get('GOGC'), '150');
   },
 );
