@@ -91,6 +91,20 @@ test('signatures cover the exact non-ASCII UTF-8 bytes given', (t) => {
   t.not(serviceSignature(secret, latin1), serviceSignature(secret, body));
 });
 
+test('each secret signs with its own key, also after more secrets than the signer keeps keys for', (t) => {
+  const body = utf8('{"subject":"keys"}');
+  const expected = (secret: string) => `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
+  const whsec = `whsec_${Buffer.from('raw key bytes').toString('base64')}`;
+  const standard = `v1,${createHmac('sha256', Buffer.from('raw key bytes')).update('id.5.').update(body).digest('base64')}`;
+  t.is(serviceSignature('first', body), expected('first'));
+  t.is(standardWebhookSignature(whsec, 'id', 5, body), standard);
+  // the same secret under both schemes: the whsec_ one is keyed with its decoded bytes, not its text
+  t.is(serviceSignature(whsec, body), expected(whsec));
+  for (let i = 0; i < 1100; i++) t.is(serviceSignature(`secret-${i}`, body), expected(`secret-${i}`));
+  t.is(serviceSignature('first', body), expected('first'));
+  t.is(standardWebhookSignature(whsec, 'id', 5, body), standard);
+});
+
 const HEADER_CASES = Object.freeze([
   { name: 'with a secret', secret: 'topsecret', signed: true },
   { name: 'with a whsec_ secret', secret: STANDARD_VECTOR.secret, signed: true },
