@@ -186,8 +186,8 @@ export function findExecutable(name: string, extraDirs: string[] = []): string |
  * Go's collector target for the FerretDB we start. FerretDB converts every document it reads or
  * writes between BSON, its own types and SQL, and at Go's default (GOGC=100) its collector ran so
  * often that the end-to-end benchmark's database CPU per message was 1.40-1.49 ms, against
- * 1.11-1.24 ms at 400 (peak RSS 43-46 MB against 54-64; 800 and no collector but a memory limit
- * did no better). An operator's own GOGC is left as it is.
+ * 1.11-1.24 ms at 400 (peak RSS 54-64 MB against 43-46, and 282-308 against 158-169 in the history
+ * benchmark; 800, and no collector but a memory limit, did no better). An operator's own GOGC is left as it is.
  */
 const FERRETDB_GOGC = '400';
 
