@@ -53,7 +53,7 @@ export function defaultPublicUrl(httpHost: string, port: number): string {
  * Parse threads per lane of a worker: its share of the cores less the one its event loop takes, at
  * least one. A parse costs about what the event loop spends on the same message, and each thread is
  * a V8 isolate of its own, which compiles the parser's code again and keeps a heap of its own: on
- * 2 cores, one worker with two threads per lane spent 5-15 % more CPU per message than with one.
+ * 2 cores, one worker with two threads per lane spent 9-12 % more CPU per message than with one.
  */
 export function parseThreadsPerWorker(workers: number): number {
   return Math.max(1, Math.floor(os.availableParallelism() / workers) - 1);

@@ -32,7 +32,7 @@ test('listensOn tells the process that holds a listening port from any other', a
 const ferretdbPresent = findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]) !== undefined;
 if (!ferretdbPresent)
   console.warn(
-    'SKIPPED: the launcher test with a taken port (FerretDB is not installed: bash scripts/install-ferretdb.sh)',
+    'SKIPPED: the launcher tests that start FerretDB (it is not installed: bash scripts/install-ferretdb.sh)',
   );
 
 (ferretdbPresent ? test : test.skip)(
@@ -51,7 +51,12 @@ if (!ferretdbPresent)
 /** The environment a running process was started with (Linux's /proc). */
 function environmentOf(pid: number): Map<string, string> {
   const pairs = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter(Boolean);
-  return new Map(pairs.map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]));
+  return new Map(
+    pairs.map((pair) => {
+      const at = pair.indexOf('=');
+      return [pair.slice(0, at), pair.slice(at + 1)];
+    }),
+  );
 }
 
 (ferretdbPresent && process.platform === 'linux' ? test.serial : test.skip)(
