@@ -23,7 +23,14 @@ import type { ProcessStats } from '../src/service/process-stats.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { answers, freePort } from '../src/util/ports.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
-import { childrenOf, commandLine, cpuSeconds, memoryMb, postgresPids } from './bench/proc.ts';
+import {
+  childrenOf,
+  commandLine,
+  cpuSeconds,
+  cpuSecondsByThread,
+  memoryMb,
+  postgresPids,
+} from './bench/proc.ts';
 import { seedHistory } from './bench/seed.ts';
 import { type LoadCommand, type LoadResult, now } from './bench/smtp-load.ts';
 import type { Arrival } from './bench/webhook-sink.ts';
@@ -57,8 +64,17 @@ const log = (text: string) => process.stdout.write(`${new Date().toISOString().s
 /** Issue 11's end-to-end load: Postfix's smtp-source, 2,000 messages of 10 KB over 16 persistent sessions. */
 const E2E = Object.freeze({
   load: { sessions: 16, total: QUICK ? 500 : 2000, persistent: true, bytes: 10240 },
-  /** delivered before each measured run, with the same load shape (see WARM_UP) */
-  warmUp: { sessions: 16, total: 100, persistent: true, bytes: 10240 },
+  /**
+   * delivered before each measured run, with the same load shape (see WARM_UP); BENCH_E2E_WARMUP
+   * for more: the service's CPU per message falls by about a quarter over its first few thousand
+   * messages while V8 compiles the hot code, which Mailpit (Go, compiled ahead) does not pay
+   */
+  warmUp: {
+    sessions: 16,
+    total: Number(process.env.BENCH_E2E_WARMUP ?? 100),
+    persistent: true,
+    bytes: 10240,
+  },
   runs: QUICK ? 1 : Number(process.env.BENCH_E2E_RUNS ?? 3),
   /** a run that delivers nothing new for this long is over */
   quietMs: 60_000,
@@ -347,6 +363,25 @@ class CpuMeter {
   }
   seconds(): number {
     return this.pids().reduce((sum, pid) => sum + cpuSeconds(pid) - (this.start.get(pid) ?? 0), 0);
+  }
+}
+
+/** CPU seconds of a set of processes' threads between two moments, by thread name. */
+class ThreadCpuMeter {
+  private readonly start = new Map<number, Map<string, number>>();
+  private readonly pids: () => number[];
+  constructor(pids: () => number[]) {
+    this.pids = pids;
+    for (const pid of pids()) this.start.set(pid, cpuSecondsByThread(pid));
+  }
+  seconds(): Map<string, number> {
+    const byName = new Map<string, number>();
+    for (const pid of this.pids()) {
+      const before = this.start.get(pid);
+      for (const [name, seconds] of cpuSecondsByThread(pid))
+        byName.set(name, (byName.get(name) ?? 0) + seconds - (before?.get(name) ?? 0));
+    }
+    return byName;
   }
 }
 
@@ -1037,6 +1072,8 @@ interface SmtpSourceFigures {
   deliveredPerSecond: number;
   /** CPU seconds per delivered message, by group of processes */
   cpuSecondsPerMessage: Record<string, number>;
+  /** CPU milliseconds per delivered message, by group of processes and thread name */
+  cpuMsPerMessageByThread: Record<string, Record<string, number>>;
   peakRssMb: Record<string, number>;
 }
 
@@ -1056,6 +1093,7 @@ async function measureSmtpSource(
   await awaitDeliveries(sink, E2E.warmUp.total, E2E.quietMs);
   const warmedWith = (await sink.take()).length;
   const meters = Object.entries(cpu).map(([name, pids]) => [name, new CpuMeter(pids)] as const);
+  const threadMeters = Object.entries(cpu).map(([name, pids]) => [name, new ThreadCpuMeter(pids)] as const);
   const sent = await runSmtpSource(tools, port, E2E.load);
   await awaitDeliveries(sink, E2E.load.total, E2E.quietMs);
   const arrivals = await sink.take();
@@ -1079,6 +1117,16 @@ async function measureSmtpSource(
       : 0,
     cpuSecondsPerMessage: Object.fromEntries(
       meters.map(([name, meter]) => [name, perMessage(meter.seconds())]),
+    ),
+    cpuMsPerMessageByThread: Object.fromEntries(
+      threadMeters.map(([name, meter]) => [
+        name,
+        Object.fromEntries(
+          [...meter.seconds()]
+            .filter(([, seconds]) => seconds > 0)
+            .map(([thread, seconds]) => [thread, Math.round((seconds / Math.max(1, delivered)) * 1e5) / 100]),
+        ),
+      ]),
     ),
     peakRssMb,
     warmedWith,
@@ -1446,7 +1494,7 @@ function renderE2e(results: Record<string, unknown>): string {
   const range = (r: { median: number; min: number; max: number }) => `${r.median} (${r.min}-${r.max})`;
   const lines = [
     `\`${e2e.command}\` against the service on the development default (FerretDB over SQLite, started by`,
-    "`npm start`'s launcher), then against Mailpit, in turn, each run; median (min-max) of the runs.",
+    `\`npm start\`'s launcher), then against Mailpit, in turn, each run, each after a warm-up of ${E2E.warmUp.total} messages of the same shape; median (min-max) of the runs.`,
     '',
     '| | ours | Mailpit |',
     '|---|---|---|',
@@ -1455,12 +1503,16 @@ function renderE2e(results: Record<string, unknown>): string {
     `| CPU s per message | service ${range(e2e.serviceCpuSecondsPerMessage)}, database ${range(e2e.databaseCpuSecondsPerMessage)} | ${range(e2e.mailpitCpuSecondsPerMessage)} |`,
     `| database commands per delivered message | ${range(e2e.databaseCommandsPerDelivered)} | |`,
     '',
-    '| run | load before / after (1, 5, 15 min) | ours msg/s | delivered | Mailpit msg/s | delivered | ratio | peak RSS MB (service, database / Mailpit) |',
-    '|---|---|---|---|---|---|---|---|',
+    '| run | load before / after (1, 5, 15 min) | ours msg/s | delivered | Mailpit msg/s | delivered | ratio | service CPU ms/msg: event loop, parse thread, V8 helpers | peak RSS MB (service, database / Mailpit) |',
+    '|---|---|---|---|---|---|---|---|---|',
   ];
   e2e.runs.forEach((run, i) => {
+    const threads = run.ours.cpuMsPerMessageByThread?.service ?? {};
+    const byThread = ['MainThread', 'WorkerThread', 'V8Worker']
+      .map((name) => threads[name] ?? '-')
+      .join(', ');
     lines.push(
-      `| ${i + 1} | ${run.loadBefore} / ${run.loadAfter} | ${run.ours.deliveredPerSecond} | ${run.ours.delivered}/${run.ours.messages} | ${run.mailpit.deliveredPerSecond} | ${run.mailpit.delivered}/${run.mailpit.messages} | ${run.ratio} | ${run.ours.peakRssMb.service}, ${run.ours.peakRssMb.database} / ${run.mailpit.peakRssMb.mailpit} |`,
+      `| ${i + 1} | ${run.loadBefore} / ${run.loadAfter} | ${run.ours.deliveredPerSecond} | ${run.ours.delivered}/${run.ours.messages} | ${run.mailpit.deliveredPerSecond} | ${run.mailpit.delivered}/${run.mailpit.messages} | ${run.ratio} | ${byThread} | ${run.ours.peakRssMb.service}, ${run.ours.peakRssMb.database} / ${run.mailpit.peakRssMb.mailpit} |`,
     );
   });
   return lines.join('\n');

@@ -14,6 +14,32 @@ export function cpuSeconds(pid: number): number {
   }
 }
 
+/**
+ * CPU seconds of each thread of the process by its name (Node: MainThread, WorkerThread for a
+ * worker_threads thread, V8Worker for V8's helpers, libuv-worker); empty once it is gone.
+ */
+export function cpuSecondsByThread(pid: number): Map<string, number> {
+  const byName = new Map<string, number>();
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return byName;
+  }
+  for (const task of tasks) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const seconds = (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+      byName.set(name, (byName.get(name) ?? 0) + seconds);
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return byName;
+}
+
 /** VmRSS (now) and VmHWM (peak) in MB. */
 export function memoryMb(pid: number): { rss: number; peak: number } {
   try {
