@@ -187,21 +187,40 @@ export function findExecutable(name: string, extraDirs: string[] = []): string |
  * writes between BSON, its own types and SQL, and at Go's default (GOGC=100) its collector ran so
  * often that the end-to-end benchmark's database CPU per message was 1.40-1.49 ms, against
  * 1.11-1.24 ms at 400 (peak RSS 54-64 MB against 43-46, and 282-308 against 158-169 in the history
- * benchmark; 800, and no collector but a memory limit, did no better). An operator's own GOGC is left as it is.
+ * benchmark; 800, and no collector but a memory limit, did no better).
  */
 const FERRETDB_GOGC = '400';
 
-function environmentFor(kind: string): NodeJS.ProcessEnv {
-  if (kind !== 'ferretdb' || process.env.GOGC !== undefined) return process.env;
-  return { ...process.env, GOGC: FERRETDB_GOGC };
+/**
+ * Go's processors for the FerretDB we start over SQLite: half the cores, at least one (the service
+ * takes the other half, as WORKERS does). SQLite runs inside FerretDB's process and writes one
+ * transaction at a time, so more processors add little but Go's hand-offs of goroutines between
+ * threads, each a wake-up: on 2 cores, one processor took FerretDB's CPU per message in the
+ * end-to-end benchmark from 2.1-2.95 ms to 1.77-2.23 (docs/BENCHMARKS.md, tenth round). Over
+ * PostgreSQL the SQL runs in PostgreSQL's processes and FerretDB keeps Go's default.
+ */
+function ferretDbProcessors(): string {
+  return String(Math.max(1, Math.floor(os.availableParallelism() / 2)));
+}
+
+/** The FerretDB we start: our GOGC (and over SQLite, GOMAXPROCS), unless the operator set their own. */
+export function ferretDbEnvironment(backend: 'sqlite' | 'postgresql'): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    GOGC: process.env.GOGC ?? FERRETDB_GOGC,
+    ...(backend === 'sqlite' ? { GOMAXPROCS: process.env.GOMAXPROCS ?? ferretDbProcessors() } : {}),
+  };
 }
 
 /** Starts the server process and waits until it answers on `port`. */
-async function launch(kind: string, file: string, args: string[], port: number): Promise<ChildProcess> {
-  const child: ChildProcess = spawn(file, args, {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    env: environmentFor(kind),
-  });
+async function launch(
+  kind: string,
+  file: string,
+  args: string[],
+  port: number,
+  env: NodeJS.ProcessEnv,
+): Promise<ChildProcess> {
+  const child: ChildProcess = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'], env });
   // never leave a server behind when our process exits without stopping it,
   // and never keep our process alive just because the server runs
   child.unref();
@@ -236,8 +255,9 @@ async function startProcess(
   file: string,
   args: string[],
   port: number,
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<LocalServer> {
-  let child = await launch(kind, file, args, port);
+  let child = await launch(kind, file, args, port, env);
   let stopped: Promise<void> | undefined;
   return {
     uri: `mongodb://127.0.0.1:${port}/`,
@@ -250,7 +270,7 @@ async function startProcess(
         child.kill('SIGKILL');
         await gone;
       }
-      child = await launch(kind, file, args, port);
+      child = await launch(kind, file, args, port, env);
     },
     stop() {
       stopped ??= new Promise<void>((resolve) => {
@@ -309,6 +329,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
           '--log-level=error',
         ],
         port,
+        ferretDbEnvironment(postgres ? 'postgresql' : 'sqlite'),
       ),
     );
     if (!postgres) {

@@ -7,7 +7,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
-import { findExecutable, startLocalServer } from '../../src/local-db/server.ts';
+import { ferretDbEnvironment, findExecutable, startLocalServer } from '../../src/local-db/server.ts';
 import { listensOn } from '../../src/util/ports.ts';
 
 async function listener(): Promise<{ server: net.Server; port: number }> {
@@ -59,8 +59,21 @@ function environmentOf(pid: number): Map<string, string> {
   );
 }
 
+/** Sets (or, for undefined, removes) environment variables until the test ends. */
+function withEnvironment(t: { teardown(fn: () => void): void }, values: Record<string, string | undefined>) {
+  for (const [name, value] of Object.entries(values)) {
+    const saved = process.env[name];
+    t.teardown(() => {
+      if (saved === undefined) delete process.env[name];
+      else process.env[name] = saved;
+    });
+    if (value === undefined) delete process.env[name];
+    else process.env[name] = value;
+  }
+}
+
 (ferretdbPresent && process.platform === 'linux' ? test.serial : test.skip)(
-  "the FerretDB the launcher starts runs with Go's collector at GOGC=400, unless GOGC is set",
+  "the FerretDB the launcher starts over SQLite runs with GOGC=400 and half the cores' processors, unless the operator set them",
   async (t) => {
     const started = async () => {
       const dataDir = mkdtempSync(path.join(os.tmpdir(), 'mailroute-gogc-'));
@@ -69,14 +82,20 @@ function environmentOf(pid: number): Map<string, string> {
       t.teardown(() => server.stop());
       return environmentOf(server.pid!()!);
     };
-    const saved = process.env.GOGC;
-    t.teardown(() => {
-      if (saved === undefined) delete process.env.GOGC;
-      else process.env.GOGC = saved;
-    });
-    delete process.env.GOGC;
-    t.is((await started()).get('GOGC'), '400');
-    process.env.GOGC = '150';
-    t.is((await started()).get('GOGC'), '150');
+    withEnvironment(t, { GOGC: undefined, GOMAXPROCS: undefined });
+    const ours = await started();
+    t.is(ours.get('GOGC'), '400');
+    t.is(ours.get('GOMAXPROCS'), String(Math.max(1, Math.floor(os.availableParallelism() / 2))));
+    withEnvironment(t, { GOGC: '150', GOMAXPROCS: '3' });
+    const operators = await started();
+    t.is(operators.get('GOGC'), '150');
+    t.is(operators.get('GOMAXPROCS'), '3');
   },
 );
+
+test.serial("over PostgreSQL the launched FerretDB keeps Go's processors: only GOGC is ours", (t) => {
+  withEnvironment(t, { GOGC: undefined, GOMAXPROCS: undefined });
+  const environment = ferretDbEnvironment('postgresql');
+  t.is(environment.GOGC, '400');
+  t.false('GOMAXPROCS' in environment);
+});
