@@ -122,8 +122,12 @@ export async function authenticateMessage(raw: Buffer, request: AuthRequest): Pr
   const hostname = HOSTNAME;
   const dns = budgetedResolver(request, Date.now() + request.budgetMs);
   try {
-    if (longestFieldLines(raw) > MAX_FIELD_LINES) return await spfOnly(request, hostname, dns.lookup);
-    const outcome = await authenticate(raw, {
+    const header = scanHeader(raw);
+    if (header.longestFieldLines > MAX_FIELD_LINES) return await spfOnly(request, hostname, dns.lookup);
+    // an unsigned message's body is read by nothing: its DKIM check finds no signature to hash it
+    // for, and ARC no set; mailauth's verifier still read every byte of it (about 0.1 ms for 10 KB)
+    const input = header.signed ? raw : raw.subarray(0, header.end);
+    const outcome = await authenticate(input, {
       ip: request.ip,
       helo: request.helo,
       sender: request.mailFrom,
@@ -216,22 +220,43 @@ async function spfOnly(request: AuthRequest, hostname: string, lookup: unknown):
   };
 }
 
-/** The most physical lines one header field takes (itself and its continuation lines). */
-function longestFieldLines(raw: Buffer): number {
+/** What the header block says before mailauth reads the message. */
+interface HeaderScan {
+  /** the most physical lines one header field takes (itself and its continuation lines) */
+  longestFieldLines: number;
+  /** where the body starts (past the empty line); the whole message when there is none */
+  end: number;
+  /** a DKIM-* or ARC-* field is there: DKIM and ARC hash the body */
+  signed: boolean;
+}
+
+// field names whose checks read the body: DKIM-Signature, and the ARC set (ARC-Message-Signature)
+const SIGNATURE_FIELD = /^(dkim|arc)-/i;
+
+function scanHeader(raw: Buffer): HeaderScan {
   let longest = 0;
   let current = 0;
+  let signed = false;
   let start = 0;
   while (start < raw.length) {
     const end = raw.indexOf(0x0a, start);
     const lineEnd = end === -1 ? raw.length : end;
     const first = raw[start];
     // the empty line ends the header block
-    if (lineEnd - start === 0 || (lineEnd - start === 1 && first === 0x0d)) break;
-    current = first === 0x20 || first === 0x09 ? current + 1 : 1;
+    if (lineEnd - start === 0 || (lineEnd - start === 1 && first === 0x0d))
+      return { longestFieldLines: longest, end: Math.min(raw.length, lineEnd + 1), signed };
+    const continued = first === 0x20 || first === 0x09;
+    current = continued ? current + 1 : 1;
     if (current > longest) longest = current;
+    if (
+      !continued &&
+      !signed &&
+      SIGNATURE_FIELD.test(raw.toString('latin1', start, Math.min(lineEnd, start + 5)))
+    )
+      signed = true;
     start = lineEnd + 1;
   }
-  return longest;
+  return { longestFieldLines: longest, end: raw.length, signed };
 }
 
 /** The value of the Authentication-Results line mailauth prepared, unfolded. */

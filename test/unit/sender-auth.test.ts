@@ -1,7 +1,10 @@
 // Sender authentication against a real DNS server on loopback (UDP, dns2): each result SPF, DKIM
 // and DMARC must give, with messages DKIM-signed here with a key made here; and a server that
 // never answers gives temperror within the message's budget.
+import { Resolver } from 'node:dns/promises';
+import os from 'node:os';
 import test from 'ava';
+import { authenticate } from 'mailauth';
 import { type AuthRequest, authenticateMessage } from '../../src/parse/sender-auth.ts';
 import { plainMessage, SELECTOR, testDomains } from '../_support/dkim.ts';
 import { silentDnsServer, startDnsServer, type TestDnsServer } from '../_support/dns.ts';
@@ -116,4 +119,41 @@ test('a header field folded 100,000 times is not given to mailauth (quadratic th
     arc: { result: 'permerror' },
   });
   t.regex(header, /spf=pass .*dkim=permerror \(a header field folded over more than 1000 lines/);
+});
+
+/** What mailauth itself says of the whole message, asking the same DNS server. */
+async function mailauthOnWhole(raw: string, mailFrom: string): Promise<string> {
+  const resolver = new Resolver();
+  resolver.setServers([dns.address]);
+  const outcome = await authenticate(Buffer.from(raw), {
+    ip: '127.0.0.1',
+    helo: 'mx.sender.test',
+    sender: mailFrom,
+    mta: os.hostname(),
+    resolver: ((name: string, rrtype: string) => resolver.resolve(name, rrtype)) as never,
+    disableBimi: true,
+    strict: true,
+  });
+  const unfolded = outcome.headers.replace(/\r?\n[ \t]+/g, ' ');
+  const line = unfolded.split(/\r?\n/).find((l) => /^authentication-results:/i.test(l)) ?? '';
+  return line.slice(line.indexOf(':') + 1).trim();
+}
+
+test('an unsigned message is checked from its header alone, with the results mailauth gives for the whole message', async (t) => {
+  const body = `${'a line of the body that no check of an unsigned message reads\r\n'.repeat(300)}`;
+  for (const from of ['a@pass.test', 'a@fail.test', 'a@soft.test', 'a@none.test']) {
+    const raw = plainMessage(from, body);
+    const { header } = await authenticateMessage(Buffer.from(raw), request(from));
+    t.is(header, await mailauthOnWhole(raw, from), from);
+  }
+});
+
+test('a message with an ARC or DKIM field is checked whole: its signatures hash the body', async (t) => {
+  const signed = await domains.sign(plainMessage('a@pass.test', 'the signed text\r\n'), 'pass.test');
+  // the signature's field further down the header block, behind an ARC field of no set
+  const [head, ...rest] = signed.split('\r\n\r\n');
+  const moved = `${head!.replace(/^(DKIM-Signature:[^]*?)\r\n(?=[^ \t])/i, '$1\r\nARC-Authentication-Results: i=1; x\r\n')}\r\n\r\n${rest.join('\r\n\r\n')}`;
+  const { results, header } = await authenticateMessage(Buffer.from(moved), request('a@pass.test'));
+  t.deepEqual(results.dkim, [{ result: 'pass', domain: 'pass.test', selector: SELECTOR }]);
+  t.is(header, await mailauthOnWhole(moved, 'a@pass.test'));
 });
