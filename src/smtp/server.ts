@@ -111,7 +111,10 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     return reply;
   }
 
-  /** Writes the message record once its bytes are stored: after this, the 250. */
+  /**
+   * Writes the message record once its bytes are stored (small ones go inside it, the same insert):
+   * after this, the 250.
+   */
   async function record(
     id: string,
     upload: RawUpload,
@@ -119,7 +122,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     session: SMTPServerSession,
     auth: StoredAuth | undefined,
   ): Promise<AcceptedMessage> {
-    await upload.finish(whole);
+    const inline = await upload.finish(whole);
     const receivedAt = new Date();
     const rcptTo = session.envelope.rcptTo.map((r) => r.address);
     const mailFrom = session.envelope.mailFrom ? session.envelope.mailFrom.address : '';
@@ -135,6 +138,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       size: whole.length,
       client: clientOf(session),
       ...(auth ? { auth } : {}),
+      ...(inline ? { raw: inline } : {}),
       ...accept(receivedAt, `from ${session.remoteAddress}`),
       attempts: [],
       deliveries: [],

@@ -38,6 +38,14 @@ export interface LeaseDoc {
   expires_at: Date;
 }
 
+/** A small message's raw bytes, gzipped, carried in its working-set document until it is final (raw.ts). */
+export interface InlineRaw {
+  /** the bytes received, gzip-compressed */
+  data: Binary;
+  /** bytes as received (before compression) */
+  size: number;
+}
+
 /** `raw_<hour>`: a message's raw bytes up to 4 MB (raw.ts). */
 export interface RawDocument {
   /** the message id */

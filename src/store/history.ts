@@ -12,6 +12,7 @@ import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
+import { rawDocumentOf } from './raw.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 
 /** Where a final record goes. */
@@ -44,7 +45,8 @@ async function takeOutRecord(store: Store, kind: RecordKind, id: string, version
 async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
   const name = partitionOf(kind, doc._id);
-  const archived = { record: packRecord(doc), entry: entryOf(doc) };
+  const raw = rawDocumentOf(doc);
+  const archived = { record: packRecord(doc), entry: entryOf(doc), ...(raw ? { raw } : {}) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(name, archived);
     if (outcome) throw outcome;

@@ -8,6 +8,7 @@ import type {
   MessageState as MadeMessageState,
 } from '../lifecycle/lifecycle.ts';
 import type { DeliveryStateName, MessageStateName } from '../lifecycle/tables.ts';
+import type { InlineRaw } from './documents.ts';
 
 export interface SenderAuth {
   spf: { result: string; domain: string };
@@ -67,6 +68,11 @@ export interface MessageDoc {
   size: number;
   /** records of the earlier layout only: where their raw bytes are (now: by the message id) */
   raw_id?: ObjectId;
+  /**
+   * working set only: a small message's bytes, stored with its document in the insert before the
+   * 250 and moved to `raw_<day>` with its final record (raw.ts)
+   */
+  raw?: InlineRaw;
   history: HistoryEntry[];
   attempts: AttemptRecord[];
   deliveries: DeliveryDoc[];

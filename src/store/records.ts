@@ -1,6 +1,7 @@
 // The form of a final record in its history partition (history.ts): the fields a listing shows and
 // filters on as fields, everything else packed as one BSON value.
 import { Binary, BSON } from 'mongodb';
+import type { RawDocument } from './documents.ts';
 import { type ListingEntry, type MessageSummary, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 
@@ -14,15 +15,20 @@ export interface ArchivedRecord extends MessageSummary {
   detail: Binary;
 }
 
-/** A final record on its way to its partition, with its line for the listing (listing.ts). */
+/**
+ * A final record on its way to its partition, with its line for the listing (listing.ts) and, for
+ * a message whose bytes rode in its working-set document, those bytes for `raw_<day>` (raw.ts).
+ */
 export interface Archived {
   record: ArchivedRecord;
   entry: ListingEntry;
+  raw?: RawDocument;
 }
 
 /** Packs a final message for its partition, leaving out what belongs to the working set only. */
 export function packRecord(doc: MessageDoc): ArchivedRecord {
-  const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, ...record } = doc;
+  // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it
+  const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
   const summary: Record<string, unknown> = {};
   const detail: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(record))

@@ -8,7 +8,7 @@ import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts'
 import { isDuplicateKey } from './ids.ts';
 import { appendEntriesOf } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
-import { parsePartitionName, type RecordKind } from './partitions.ts';
+import { parsePartitionName, partitionOf, type RecordKind } from './partitions.ts';
 import type { Archived, ArchivedRecord } from './records.ts';
 
 /** A connection's batched writes; each resolves its own write's outcome. */
@@ -26,16 +26,32 @@ export interface StoreWrites {
 }
 
 /**
+ * Raw bytes that rode in working-set documents, into their days' raw partitions; bytes already
+ * there (an archive re-run after a crash) are left. Any other failure fails the whole batch.
+ */
+async function storeRawDocuments(connection: Connection, docs: RawDocument[]): Promise<void> {
+  for (const [name, some] of Map.groupBy(docs, (doc) => partitionOf('raw', doc._id))) {
+    connection.partitions.note(name);
+    const outcomes = await insertEach(connection.db.collection<RawDocument>(name), some);
+    const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
+    if (failed) throw failed;
+  }
+}
+
+/**
  * One batch of final records into a partition, then their listing entries, one insert per listing
- * partition (usually one). A record already there (an archive re-run after a crash) is replaced. A
- * failure of the entries fails the whole batch: it is retried, and records already stored are
- * then replaced.
+ * partition (usually one). The raw bytes some of them carry go first: a record is never stored
+ * without its bytes. A record already there (an archive re-run after a crash) is replaced. A
+ * failure of the bytes or of the entries fails the whole batch: it is retried, and records already
+ * stored are then replaced.
  */
 async function storeRecords(
   connection: Connection,
   name: string,
   batch: Archived[],
 ): Promise<Array<Error | undefined>> {
+  const raws = batch.flatMap((archived) => (archived.raw ? [archived.raw] : []));
+  if (raws.length > 0) await storeRawDocuments(connection, raws);
   connection.partitions.note(name);
   const collection = connection.db.collection<ArchivedRecord>(name);
   const outcomes = await insertEach(

@@ -4,6 +4,7 @@
 // nothing in flight; raw bytes past RAW_RETENTION are 410; databases of the earlier layouts (final
 // records in the working set; hourly partitions) stay readable.
 
+import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import test from 'ava';
 import { Binary, BSON, GridFSBucket, ObjectId } from 'mongodb';
@@ -132,6 +133,47 @@ test('a final message leaves the working set for its day, and is still read by i
     (await store.db.collection<MessageDoc>(partitionOf('history', dead)).findOne({ _id: dead }))?.state,
     'delivered',
   );
+});
+
+test("a small message's bytes ride in its working-set document and go to its raw partition with its final record", async (t) => {
+  const { service, api, receiver, uri } = await startPipeline(t, { label: 'inline-raw' });
+  await routeTo({ api, receiver }, 'inline.example', '/in');
+  // held long enough to look at the message while it is in flight
+  receiver.on('/in', { status: 204, delayMs: 1500 });
+  const store = await openStore({ uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+
+  const small = 'From: a@sender.example\r\nSubject: small\r\n\r\nsmall body\r\n';
+  // random base64 compresses to about three quarters: past INLINE_RAW_MAX_BYTES (16 KB)
+  const large = `From: a@sender.example\r\nSubject: large\r\n\r\n${randomBytes(40_000).toString('base64')}\r\n`;
+  const send = (body: string) =>
+    sendRaw(service.smtpPort, { from: 'a@sender.example', to: ['x@inline.example'] }, body);
+  const [smallId, largeId] = [acceptedId(await send(small)), acceptedId(await send(large))];
+  const rawDay = store.db.collection<{ _id: string }>(partitionOf('raw', smallId));
+
+  // in flight: the small one's bytes are in its document only, the large one's in the raw partition
+  const inFlight = await store.messages.findOne({ _id: smallId });
+  t.truthy(inFlight?.raw, 'the small message carries its bytes');
+  t.is(await rawDay.countDocuments({ _id: smallId }), 0);
+  t.is((await store.messages.findOne({ _id: largeId }))?.raw, undefined);
+  t.is(await rawDay.countDocuments({ _id: largeId }), 1);
+  t.is(await (await fetch(`${service.baseUrl}/messages/${smallId}/raw`)).text(), small);
+
+  await waitForState(api, smallId, ['delivered']);
+  await waitForState(api, largeId, ['delivered']);
+  await waitUntil(
+    async () => (await store.messages.countDocuments({ _id: { $in: [smallId, largeId] } })) === 0,
+    'the working set to forget both messages',
+    { everyMs: 100 },
+  );
+  // final: the bytes are in the raw partition, the record does not carry them
+  t.is(await rawDay.countDocuments({ _id: smallId }), 1);
+  const final = await getMessage(store, smallId);
+  t.is(final?.state, 'delivered');
+  t.false(final !== null && 'raw' in final, 'the final record carries no bytes');
+  t.is(await (await fetch(`${service.baseUrl}/messages/${smallId}/raw`)).text(), small);
+  t.is(await (await fetch(`${service.baseUrl}/messages/${largeId}/raw`)).text(), large);
+  t.is(receiver.requests.length, 2);
 });
 
 test.serial(

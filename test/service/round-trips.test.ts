@@ -34,7 +34,7 @@ async function countedPipeline(t: ExecutionContext) {
 }
 
 test.serial(
-  'a message alone: 5 writes from SMTP to delivered (raw, record, final record and its listing entry, removal from the working set)',
+  'a message alone: 5 writes from SMTP to delivered (record with its bytes, the bytes into their partition, final record and its listing entry, removal from the working set)',
   async (t) => {
     const pipe = await countedPipeline(t);
     // the route and domain lookups of the first recipient fill the cache: not part of the hot path
@@ -62,8 +62,9 @@ test.serial(
     t.log(commands);
     t.is(pipe.receiver.requests.length, 6);
     // six messages one after the other: nothing to batch, so this is the per-message cost
-    // (plus the 2 inserts of POST /domains and POST /routes): raw bytes, working-set record, final
-    // record and its listing entry are inserts; routed and delivered are one write, the move into
+    // (plus the 2 inserts of POST /domains and POST /routes): the working-set record (a small
+    // message's bytes inside it), then its bytes into their raw partition, the final record and its
+    // listing entry are inserts; routed and delivered are one write, the move into
     // history itself
     t.true((commands.insert ?? 0) <= 6 * 4 + 2, `insert commands: ${commands.insert}`);
     // the only updates are POST /domains' and POST /routes' increments of the routing change counter
