@@ -3,16 +3,61 @@
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import net from 'node:net';
 
-export async function freePort(host = '127.0.0.1'): Promise<number> {
+/**
+ * Where a port we pick to listen on starts: above the registered ports that common servers use
+ * (PostgreSQL 5432, 8080, ...).
+ */
+const PICKED_PORTS_FROM = 10_000;
+const PICK_TRIES = 20;
+
+/**
+ * The first port of the kernel's range for the local ends of outgoing connections (Linux:
+ * ip_local_port_range); undefined where that cannot be read.
+ */
+function outgoingPortsStart(): number | undefined {
+  try {
+    const start = Number(
+      readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0],
+    );
+    return Number.isInteger(start) ? start : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Listens on `port` and lets it go: the port it got (the kernel's pick for 0), or undefined when taken. */
+function tryListen(port: number, host: string): Promise<number | undefined> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.unref();
-    server.on('error', reject);
-    server.listen(0, host, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
+    server.on('error', (err: NodeJS.ErrnoException) =>
+      err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(undefined) : reject(err),
+    );
+    server.listen(port, host, () => {
+      const { port: got } = server.address() as net.AddressInfo;
+      server.close(() => resolve(got));
     });
   });
+}
+
+/**
+ * A port that was free a moment ago, for a listener to bind next. Picked at random below the
+ * kernel's range for outgoing connections where that range is known: the kernel's own pick comes
+ * from that range, and between the pick and the bind any process's outgoing connection could take
+ * it as its local port, and the listener then failed with EADDRINUSE (seen in a CI run of the test
+ * suite, whose services, clients and database connections come and go by the hundred).
+ */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  const below = outgoingPortsStart();
+  if (below !== undefined && below - PICKED_PORTS_FROM >= 1000) {
+    for (let tries = 0; tries < PICK_TRIES; tries++) {
+      const port = PICKED_PORTS_FROM + Math.floor(Math.random() * (below - PICKED_PORTS_FROM));
+      if ((await tryListen(port, host)) !== undefined) return port;
+    }
+  }
+  const port = await tryListen(0, host);
+  if (port === undefined) throw new Error(`no free port on ${host}`);
+  return port;
 }
 
 /** True when something accepts TCP connections at host:port. */

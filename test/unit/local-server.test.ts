@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
 import { ferretDbEnvironment, findExecutable, startLocalServer } from '../../src/local-db/server.ts';
-import { listensOn } from '../../src/util/ports.ts';
+import { freePort, listensOn } from '../../src/util/ports.ts';
 
 async function listener(): Promise<{ server: net.Server; port: number }> {
   const server = net.createServer((socket) => socket.destroy());
@@ -28,6 +28,26 @@ test('listensOn tells the process that holds a listening port from any other', a
   await new Promise((resolve) => server.once('close', resolve));
   t.is(listensOn(process.pid, port), false);
 });
+
+(process.platform === 'linux' ? test : test.skip)(
+  'freePort picks below the range of outgoing connections, where no client socket can take it, and it can be listened on',
+  async (t) => {
+    const range = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+      .trim()
+      .split(/\s+/)
+      .map(Number);
+    for (let i = 0; i < 20; i++) {
+      const port = await freePort();
+      t.true(port >= 10_000 && port < range[0]!, `port ${port}`);
+      const server = net.createServer();
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, '127.0.0.1', resolve);
+      });
+      await new Promise((resolve) => server.close(resolve));
+    }
+  },
+);
 
 const ferretdbPresent = findExecutable('ferretdb', [path.join(os.homedir(), 'go', 'bin')]) !== undefined;
 if (!ferretdbPresent)
