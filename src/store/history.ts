@@ -14,6 +14,7 @@ import type { Store } from './mongo.ts';
 import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
+import { storeRawDocuments } from './writes.ts';
 
 /** Where a final record goes. */
 export function recordKind(doc: Pick<MessageDoc, 'state'>): RecordKind {
@@ -121,6 +122,9 @@ export async function insertRecords(store: Store, docs: readonly MessageDoc[]): 
   const byPartition = Map.groupBy(docs, (doc) => partitionOf(recordKind(doc), doc._id));
   for (const [name, some] of byPartition) {
     const kind = recordKind(some[0]!);
+    // bytes a working-set document carried (raw.ts) are not in a record: they go to `raw_<day>`
+    const raws = some.flatMap((doc) => rawDocumentOf(doc) ?? []);
+    if (raws.length > 0) await storeRawDocuments(store, raws);
     store.partitions.note(name);
     const outcomes = await insertEach(store.db.collection<ArchivedRecord>(name), some.map(packRecord));
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));

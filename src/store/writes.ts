@@ -29,7 +29,7 @@ export interface StoreWrites {
  * Raw bytes that rode in working-set documents, into their days' raw partitions; bytes already
  * there (an archive re-run after a crash) are left. Any other failure fails the whole batch.
  */
-async function storeRawDocuments(connection: Connection, docs: RawDocument[]): Promise<void> {
+export async function storeRawDocuments(connection: Connection, docs: RawDocument[]): Promise<void> {
   for (const [name, some] of Map.groupBy(docs, (doc) => partitionOf('raw', doc._id))) {
     connection.partitions.note(name);
     const outcomes = await insertEach(connection.db.collection<RawDocument>(name), some);

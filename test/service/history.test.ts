@@ -176,6 +176,21 @@ test("a small message's bytes ride in its working-set document and go to its raw
   t.is(receiver.requests.length, 2);
 });
 
+test('a final message moved into history with its bytes in its document keeps them, in its raw partition', async (t) => {
+  const api: RunningApi = await startApi({ label: 'inline-move' });
+  t.teardown(() => api.close());
+  const id = idAt('m', Date.now(), 1);
+  const doc: MessageDoc = {
+    ...record(id, 'delivered'),
+    raw: { data: new Binary(gzipSync('the bytes as received\r\n')), size: 23 },
+  };
+  await insertRecords(api.store, [doc]);
+  t.is((await readRaw(api.store, { _id: id }))?.toString(), 'the bytes as received\r\n');
+  const found = await getMessage(api.store, id);
+  t.is(found?.state, 'delivered');
+  t.false(found !== null && 'raw' in found, 'the record carries no bytes');
+});
+
 test.serial(
   'listings across hours and midnight: complete, ordered, no duplicates, by offset and by cursor',
   async (t) => {
