@@ -3,12 +3,20 @@ import { readdirSync, readFileSync } from 'node:fs';
 
 const TICKS_PER_SECOND = 100; // USER_HZ on Linux
 
+/** A `stat` file's name (between the parentheses) and utime + stime in seconds. */
+function readStat(file: string): { name: string; seconds: number } {
+  const stat = readFileSync(file, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return {
+    name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')),
+    seconds: (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND,
+  };
+}
+
 /** utime + stime of every thread of the process, in seconds; 0 once it is gone. */
 export function cpuSeconds(pid: number): number {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+    return readStat(`/proc/${pid}/stat`).seconds;
   } catch {
     return 0;
   }
@@ -28,10 +36,7 @@ export function cpuSecondsByThread(pid: number): Map<string, number> {
   }
   for (const task of tasks) {
     try {
-      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      const seconds = (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND;
+      const { name, seconds } = readStat(`/proc/${pid}/task/${task}/stat`);
       byName.set(name, (byName.get(name) ?? 0) + seconds);
     } catch {
       // the thread ended between the listing and the read

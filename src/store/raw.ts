@@ -46,6 +46,11 @@ function rawBucket(store: Store, name: string): GridFSBucket {
   return new GridFSBucket(store.db, { bucketName: name, writeConcern: DURABLE });
 }
 
+/** A message's bytes as the store keeps them: gzipped, with their size as received. */
+async function compressRaw(bytes: Uint8Array): Promise<InlineRaw> {
+  return { data: new Binary(await compress(bytes)), size: bytes.length };
+}
+
 /** Stores one message's compressed bytes as a document (batched with others); throws on failure. */
 async function insertRawDocument(store: Store, messageId: string, raw: InlineRaw): Promise<void> {
   const name = partitionOf('raw', messageId);
@@ -70,7 +75,7 @@ export async function insertRawMany(
   const byName = new Map<string, RawDocument[]>();
   for (const { id, bytes } of messages) {
     const name = partitionOf('raw', id);
-    const doc = { _id: id, data: new Binary(await compress(bytes)), size: bytes.length };
+    const doc = { _id: id, ...(await compressRaw(bytes)) };
     const docs = byName.get(name);
     if (docs) docs.push(doc);
     else byName.set(name, [doc]);
@@ -141,7 +146,7 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
       if (failure) throw failure;
       if (!compressor || !upload) {
         held.length = 0;
-        const raw = { data: new Binary(await compress(whole)), size: whole.length };
+        const raw = await compressRaw(whole);
         if (raw.data.length() <= INLINE_RAW_MAX_BYTES) return raw;
         await insertRawDocument(store, messageId, raw);
         return undefined;
