@@ -4,6 +4,7 @@
 // disk, not mail), and never claims the message itself.
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import type { Intake } from '../store/intake.ts';
 import type { Store } from '../store/mongo.ts';
 import { removeAbandonedRecords } from '../store/working-set.ts';
 
@@ -13,6 +14,12 @@ const ABANDONED_WATCH_MS = 10 * 60_000;
 export class AbandonedAcceptances {
   /** id -> when to stop looking */
   private readonly until = new Map<string, number>();
+  private readonly intake: Intake;
+
+  /** the intake the refused messages were to go into: each one leaves it once no longer watched */
+  constructor(intake: Intake) {
+    this.intake = intake;
+  }
 
   add(id: string): void {
     this.until.set(id, Date.now() + ABANDONED_WATCH_MS);
@@ -27,7 +34,11 @@ export class AbandonedAcceptances {
   async sweep(store: Store, logger: Logger): Promise<void> {
     if (this.until.size === 0) return;
     const now = Date.now();
-    for (const [id, until] of this.until) if (now > until) this.until.delete(id);
+    for (const [id, until] of this.until)
+      if (now > until) {
+        this.until.delete(id);
+        this.intake.depart(id, false);
+      }
     const removed = await removeAbandonedRecords(store, [...this.until.keys()]);
     if (removed > 0)
       logger.warn(

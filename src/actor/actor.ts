@@ -13,6 +13,7 @@ import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries } from '../route/plan.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
+import type { Intake } from '../store/intake.ts';
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
@@ -61,10 +62,11 @@ export class MessageActor {
   private readonly deps: ActorDeps;
   private readonly log: Logger;
 
-  constructor(deps: ActorDeps, doc: MessageDoc) {
+  /** `intake`: the message is in this process's intake (just accepted), not in `messages` */
+  constructor(deps: ActorDeps, doc: MessageDoc, intake?: Intake) {
     this.deps = deps;
     this.id = doc._id;
-    this.message = new OwnedMessage(deps.store, doc);
+    this.message = new OwnedMessage(deps.store, doc, intake);
     this.log = deps.logger.child({ message: doc._id });
   }
 

@@ -4,7 +4,8 @@
 // A write that no longer matches means another process took the message over: OwnershipLost,
 // and every later write fails the same way.
 import type { UpdateFilter } from 'mongodb';
-import { archiveAsOwner, isArchivable } from '../store/history.ts';
+import { archiveAsOwner, archiveFromIntake, isArchivable } from '../store/history.ts';
+import { type Intake, moveFromIntake } from '../store/intake.ts';
 import type { MessageDoc, Ownership } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { writeAsOwner } from '../store/working-set.ts';
@@ -31,10 +32,13 @@ export class OwnedMessage {
   private lost = false;
   /** taken in memory, written with the next write (see `defer`) */
   private deferred: Change | undefined;
+  /** while the message is in this process's intake (intake.ts): never updated there, only moved */
+  private intake: Intake | undefined;
 
-  constructor(store: Store, doc: MessageDoc) {
+  constructor(store: Store, doc: MessageDoc, intake?: Intake) {
     this.store = store;
     this.current = doc;
+    this.intake = intake;
     this.owner = {
       id: doc._id,
       epoch: doc.lease_epoch,
@@ -68,6 +72,10 @@ export class OwnedMessage {
       if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
       this.deferred = undefined;
       const after = applyChange(this.current, own);
+      if (this.intake) {
+        await this.writeFromIntake(this.intake, own, change);
+        return;
+      }
       if (isArchivable(after)) {
         // final: the record moves to its history partition, and the working set forgets it
         const version = this.owner.version + 1;
@@ -93,14 +101,55 @@ export class OwnedMessage {
   }
 
   /**
+   * The one write a message makes in its intake: its final record, or its move into `messages`
+   * with the change applied (after which every write goes there, fenced as usual).
+   */
+  private async writeFromIntake(intake: Intake, own: Change, change: Change): Promise<void> {
+    const after = applyChange(this.current, own);
+    if (isArchivable(after)) {
+      const version = this.owner.version + 1;
+      if (!(await archiveFromIntake(this.store, this.owner, { ...after, version }))) {
+        this.lost = true;
+        throw new OwnershipLost();
+      }
+      this.intake = undefined;
+      intake.depart(after._id);
+      this.owner = { ...this.owner, version };
+      this.current = { ...after, version };
+      return;
+    }
+    const moved = await moveFromIntake(this.store, this.owner, after, intake.ownerName, intake.leaseMs);
+    if (!moved) {
+      this.lost = true;
+      throw new OwnershipLost();
+    }
+    this.intake = undefined;
+    intake.depart(after._id);
+    this.owner = {
+      id: moved._id,
+      epoch: moved.lease_epoch,
+      version: moved.version,
+      heldUntil: this.heldAfter(change),
+    };
+    // from the document as it is now: a change deferred while the move was in flight stays
+    const { lease_epoch, version, scheduled } = moved;
+    this.current = { ...applyChange(this.current, own), lease_epoch, version };
+    if (scheduled) this.current.scheduled = scheduled;
+    else delete this.current.scheduled;
+  }
+
+  /**
    * Extends the lease by `leaseMs` from when the write goes, in line with the owner's other writes,
    * unless one queued before it released the message: a renewal then would hold back its retry and,
    * landing after a claimant took the message, make that claimant's writes fail their fence.
    */
   renewLease(leaseMs: number): Promise<void> {
-    return this.write((doc) =>
-      doc.lease_owner === undefined ? undefined : { set: { due_at: new Date(Date.now() + leaseMs) } },
-    );
+    return this.write((doc) => {
+      if (doc.lease_owner === undefined) return undefined;
+      // in its intake, the lease of the insert serves while most of it is left: renewing moves it
+      if (this.intake && (doc.due_at?.getTime() ?? 0) - Date.now() > (leaseMs * 2) / 3) return undefined;
+      return { set: { due_at: new Date(Date.now() + leaseMs) } };
+    });
   }
 
   /**

@@ -23,10 +23,22 @@ function heldByOwner(doc: MessageDoc): boolean {
 export async function takeForReplay(
   store: Store,
   id: string,
-  owner: { name: string; leaseMs: number; drives: (id: string) => boolean },
+  owner: {
+    name: string;
+    leaseMs: number;
+    drives: (id: string) => boolean;
+    /** resolves once this process's actor of the message (if any) has finished */
+    finished: (id: string) => Promise<void>;
+  },
 ): Promise<{ outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc }> {
-  const found = await locateMessage(store, id);
+  let found = await locateMessage(store, id);
   if (!found) return { outcome: 'not_found' };
+  // final, and this process's actor is still moving it out of the working set: that ends shortly
+  if (!found.inFlight && owner.drives(id)) {
+    await owner.finished(id);
+    found = await locateMessage(store, id);
+    if (!found) return { outcome: 'not_found' };
+  }
   const { doc, inFlight } = found;
   if (!canReplay(doc.state) || owner.drives(id) || heldByOwner(doc)) return { outcome: 'invalid_state' };
   // a replay parses the message again: not possible once raw retention has removed its bytes

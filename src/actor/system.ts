@@ -8,6 +8,7 @@ import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
+import { claimFromIntake, dropIntake, Intake, readIntake, staleIntakes } from '../store/intake.ts';
 import { claimMessage, deleteExpiredLeases, findDue } from '../store/leases.ts';
 import type { MessageDoc } from '../store/messages.ts';
 import { AbandonedAcceptances } from './abandoned.ts';
@@ -23,6 +24,8 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
 const LEASE_CLEANUP_EVERY_MS = 60_000;
 /** how often a refused acceptance's late writes are looked for and removed (abandoned.ts) */
 const ABANDONED_SWEEP_MS = 1000;
+/** how long a replay waits for this process's actor to finish moving the final message */
+const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
 const LEASE_KEEP_MS = 60 * 60_000;
 
@@ -35,8 +38,10 @@ export class ActorSystem {
   private readonly maxActors: number;
   private readonly pollMs: number;
   private timers: NodeJS.Timeout[] = [];
+  /** where this process's accepted messages wait until final or their first other write */
+  readonly intake: Intake;
   /** acceptances answered 451 whose record may still land */
-  private readonly abandoned = new AbandonedAcceptances();
+  private readonly abandoned: AbandonedAcceptances;
   private polling = false;
   private stopping: Promise<void> | undefined;
 
@@ -44,6 +49,8 @@ export class ActorSystem {
     this.options = options;
     this.deps = { ...options, logger: options.logger.child({ owner: this.owner }) };
     this.maxActors = options.maxActors ?? 1000;
+    this.intake = new Intake(options.store, this.owner, options.leaseMs);
+    this.abandoned = new AbandonedAcceptances(this.intake);
     // poll often enough for short leases and retry delays (tests and drills), at most once a second
     const shortestDelay = Math.min(...options.retryDelays, options.leaseMs);
     this.pollMs = Math.max(
@@ -74,7 +81,7 @@ export class ActorSystem {
 
   /** Drives a message this process has just accepted (it owns epoch 1 from the insert). */
   adopt(doc: MessageDoc, raw: Uint8Array): void {
-    this.spawn(doc, raw);
+    this.spawn(doc, raw, this.intake);
   }
 
   get size(): number {
@@ -87,6 +94,7 @@ export class ActorSystem {
       name: this.owner,
       leaseMs: this.options.leaseMs,
       drives: (other) => this.running.has(other),
+      finished: (other) => this.finished(other, REPLAY_WAIT_MS),
     });
     if (taken.outcome !== 'ok') return taken.outcome;
     const actor = new MessageActor(this.deps, taken.doc);
@@ -95,8 +103,21 @@ export class ActorSystem {
     return 'ok';
   }
 
-  private spawn(doc: MessageDoc, raw?: Uint8Array): void {
-    const actor = new MessageActor(this.deps, doc);
+  /** Resolves once this process's actor of `id` has ended, or after `ms`. */
+  private finished(id: string, ms: number): Promise<void> {
+    const running = this.running.get(id);
+    if (!running) return Promise.resolve();
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([
+      running.done,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, ms);
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+
+  private spawn(doc: MessageDoc, raw?: Uint8Array, intake?: Intake): void {
+    const actor = new MessageActor(this.deps, doc, intake);
     this.track(actor, actor.run(raw));
   }
 
@@ -105,11 +126,21 @@ export class ActorSystem {
     this.running.set(actor.id, { actor, done });
   }
 
-  /** Claims due messages up to the free capacity, oldest due first. */
+  /** Claims due messages up to the free capacity, oldest due first; then those of stale intakes. */
   private async poll(): Promise<void> {
     if (this.polling || this.stopping) return;
     this.polling = true;
     try {
+      void this.intake.tick();
+      await this.claimDue();
+      await this.claimFromStaleIntakes();
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private async claimDue(): Promise<void> {
+    {
       const capacity = this.maxActors - this.running.size;
       if (capacity <= 0) return;
       const now = new Date();
@@ -134,8 +165,46 @@ export class ActorSystem {
         );
         this.spawn(doc);
       }
-    } finally {
-      this.polling = false;
+    }
+  }
+
+  /**
+   * The messages of intakes whose owner should have dropped them by now (it died, or stalls): each
+   * one due is taken over into `messages` (intake.ts); an intake with none left is dropped.
+   */
+  private async claimFromStaleIntakes(): Promise<void> {
+    const now = Date.now();
+    for (const entry of await staleIntakes(this.options.store, now, this.options.leaseMs)) {
+      let left = 0;
+      for (const doc of await readIntake(this.options.store, entry._id)) {
+        if (this.stopping) return;
+        const due = (doc.due_at?.getTime() ?? 0) <= now;
+        if (
+          !due ||
+          this.running.has(doc._id) ||
+          this.abandoned.has(doc._id) ||
+          this.running.size >= this.maxActors
+        ) {
+          left++;
+          continue;
+        }
+        const claimed = await claimFromIntake(this.options.store, doc, this.owner, this.options.leaseMs);
+        if (claimed === 'departed') continue;
+        if (!claimed) {
+          left++;
+          continue;
+        }
+        metrics.leaseTakenOver();
+        this.deps.logger.debug(
+          { event: EVENTS.leaseTakenOver, message: claimed._id, epoch: claimed.lease_epoch },
+          'claimed from a stale intake',
+        );
+        this.spawn(claimed);
+      }
+      if (left === 0) {
+        this.intake.forget(entry._id);
+        await dropIntake(this.options.store, entry._id);
+      }
     }
   }
 
@@ -159,6 +228,8 @@ export class ActorSystem {
       });
       await Promise.race([all, deadline]);
       clearTimeout(timer);
+      // what this process's intakes hold has all left them: nothing more will come
+      await this.intake.tick(true);
     })();
     return this.stopping;
   }

@@ -148,7 +148,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       due_at: new Date(receivedAt.getTime() + config.leaseTime),
       scheduled: true,
     };
-    await insertAcceptedMessage(store, doc);
+    await insertAcceptedMessage(store, doc, actors.intake);
     return doc;
   }
 

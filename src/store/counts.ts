@@ -1,11 +1,13 @@
 // The figures /metrics and the console show about messages now (the database queries behind them
 // all live here; callers see only the result, cached by src/metrics/store-gauges.ts):
-// - the working set (`messages`: what is in flight) by state: one aggregation;
+// - the working set (what is in flight: `messages`, and the intakes' messages that have not left
+//   them, intake.ts) by state: one aggregation, and the intakes read whole;
 // - the dead letter queue: the documents of the `dlq_<hour>` partitions, counted per partition
 //   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
 // Delivered records are history, not a figure of "now": their rate is a counter's job
 // (mailroute_webhook_attempts_total), and counting every history partition would grow without bound.
 import { MESSAGE_STATES, type MessageStateName } from '../lifecycle/tables.ts';
+import { readIntakes } from './intake.ts';
 import type { Store } from './mongo.ts';
 
 export interface MessageCounts {
@@ -20,13 +22,15 @@ export async function countMessages(store: Store): Promise<MessageCounts> {
     MessageStateName,
     number
   >;
-  const [groups, partitions] = await Promise.all([
+  const [groups, intakes, partitions] = await Promise.all([
     store.messages
       .aggregate<{ _id: MessageStateName; n: number }>([{ $group: { _id: '$state', n: { $sum: 1 } } }])
       .toArray(),
+    readIntakes(store, { _id: 1, state: 1 }),
     store.partitions.list(),
   ]);
   for (const { _id, n } of groups) if (_id in workingSet) workingSet[_id] = n;
+  for (const { state } of intakes) if (state in workingSet) workingSet[state]++;
   const dlqPartitions = await Promise.all(
     partitions
       .filter((partition) => partition.kind === 'dlq')

@@ -68,6 +68,18 @@ export async function archiveAsOwner(store: Store, owner: Ownership, doc: Messag
   return asOwnerWithRetries(owner, (tried) => store.writes.removals.submit(tried));
 }
 
+/**
+ * Stores the final record of a message still in its intake (intake.ts), as its owner; the intake
+ * forgets it with its drop. While the owner's lease from the insert holds, nobody else can have
+ * taken the message; past that, a claimant that took it (it looks for this record first, so one
+ * of the two sees the other) holds the next epoch's lease. Returns false when one does.
+ */
+export async function archiveFromIntake(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
+  await storeRecord(store, doc);
+  if ((owner.heldUntil ?? 0) > performance.now()) return true;
+  return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
+}
+
 /** A final record by id: exactly `{_id: X}` on the partitions its id names. */
 export async function findRecord(store: Store, id: string): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;

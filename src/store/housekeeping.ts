@@ -6,6 +6,7 @@
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { insertRecords } from './history.ts';
+import { readIntakes } from './intake.ts';
 import { appendEntries, entryOf, unlistedPartitions } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -139,8 +140,11 @@ export class Housekeeping {
 
   /** When the messages in flight were accepted. */
   private async inFlightTimes(): Promise<number[]> {
-    const live = await this.options.store.messages.find({}, { projection: { _id: 1 } }).toArray();
-    return live.map((doc) => idMs(doc._id));
+    const [live, intakes] = await Promise.all([
+      this.options.store.messages.find({}, { projection: { _id: 1 } }).toArray(),
+      readIntakes(this.options.store, { _id: 1 }),
+    ]);
+    return [...live, ...intakes].map((doc) => idMs(doc._id));
   }
 
   private async drop(partition: Partition): Promise<void> {

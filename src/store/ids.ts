@@ -29,6 +29,16 @@ export function idAt(prefix: IdPrefix, ms: number, sequence: number): string {
   return `${prefix}-${ms}${String(sequence % PER_MS).padStart(3, '0')}${PROCESS_NUMBER}`;
 }
 
+/** The process number of the ids this process makes (intake.ts names its collections by it). */
+export function ownProcessNumber(): string {
+  return PROCESS_NUMBER;
+}
+
+/** The number of the process that made an id (its last six digits). */
+export function processNumberOf(id: string): string {
+  return id.slice(-6);
+}
+
 export const ID_PATTERN = /^[drm]-\d{22}$/;
 
 /** True when `id` has the form of an id of this kind; anything else cannot exist (a 404, no query). */

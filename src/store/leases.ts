@@ -42,19 +42,8 @@ export async function claimMessage(
   dueBy?: Date,
 ): Promise<MessageDoc | undefined> {
   const expiresAt = new Date(Date.now() + leaseMs);
-  let epoch = currentEpoch + 1;
-  for (let skipped = 0; ; skipped++) {
-    try {
-      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
-      break;
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
-      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
-      // a live claim, or too many orphans to be plausible: leave the message to its owner
-      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
-      epoch++;
-    }
-  }
+  const epoch = await takeLease(store, id, currentEpoch, owner, expiresAt);
+  if (epoch === undefined) return undefined;
   // the won epoch must reach the message; a transient failure here would orphan the lease
   const moved = await retryTransient(() =>
     moveToEpoch(
@@ -70,6 +59,31 @@ export async function claimMessage(
   );
   if (!moved) await store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
   return moved;
+}
+
+/**
+ * Inserts lease `<id>:<epoch>` for the first epoch past `currentEpoch` that nobody holds: the won
+ * epoch, or undefined when another process holds the next one. A winner that died before moving
+ * the message leaves an expired lease, which a later claimant moves past (at most three times).
+ */
+export async function takeLease(
+  store: Store,
+  id: string,
+  currentEpoch: number,
+  owner: string,
+  expiresAt: Date,
+): Promise<number | undefined> {
+  for (let epoch = currentEpoch + 1, skipped = 0; ; skipped++, epoch++) {
+    try {
+      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
+      return epoch;
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
+      // a live claim, or too many orphans to be plausible: leave the message to its owner
+      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
+    }
+  }
 }
 
 /** Expiry is a periodic delete (FerretDB has no TTL indexes). */

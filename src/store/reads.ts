@@ -8,6 +8,7 @@ import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
+import { findInIntakes, readIntakes } from './intake.ts';
 import {
   hourlyListingKind,
   listingKind,
@@ -40,14 +41,31 @@ export async function locateMessage(
 ): Promise<{ doc: MessageDoc; inFlight: boolean } | null> {
   // a string that is not an id cannot name a message: no query (and no NUL sent to the database)
   if (!isId('m', id)) return null;
-  const [live, record] = await Promise.all([store.messages.findOne({ _id: id }), findRecord(store, id)]);
-  if (live) return { doc: live, inFlight: true };
-  if (record) return { doc: record, inFlight: false };
-  // Missing from both: read side by side, the record's partition may have been read before the
-  // record was written and the working set after the message left it (the record goes first).
-  // Read again now that the working-set read has ended, it has the record if the message exists.
-  const late = await findRecord(store, id);
-  return late ? { doc: late, inFlight: false } : null;
+  const [live, intake, record] = await Promise.all([
+    store.messages.findOne({ _id: id }),
+    findInIntakes(store, id),
+    findRecord(store, id),
+  ]);
+  const found = newestOf(live ?? intake, record);
+  if (found) return found;
+  // Missing from all: read side by side, the record's partition (or `messages`) may have been read
+  // before the message got there and its intake after it was dropped (it goes there first). Read
+  // again now that those reads have ended, they have the message if it exists.
+  const [moved, late] = await Promise.all([store.messages.findOne({ _id: id }), findRecord(store, id)]);
+  return newestOf(moved, late);
+}
+
+/**
+ * The copy of a message its latest write made: the working set's (in `messages` or its intake) or
+ * its final record, by version. A message between its final record and its departure, or brought
+ * back by a replay, has both; a message in `messages` is newer than its copy in an intake.
+ */
+function newestOf(
+  live: MessageDoc | null,
+  record: MessageDoc | null,
+): { doc: MessageDoc; inFlight: boolean } | null {
+  if (live && (!record || live.version >= record.version)) return { doc: live, inFlight: true };
+  return record ? { doc: record, inFlight: false } : null;
 }
 
 export interface MessageQuery {
@@ -68,8 +86,13 @@ function kindsFor(state: MessageStateName | undefined): RecordKind[] {
   return [];
 }
 
-/** What a listing shows of a message: the working set's documents carry their whole history. */
-const SUMMARY_PROJECTION = Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, 1]));
+/**
+ * What a listing shows of a message (the working set's documents carry their whole history), and
+ * its version, which tells which of two copies is newer.
+ */
+const SUMMARY_PROJECTION: Record<string, 1> = Object.fromEntries(
+  [...SUMMARY_FIELDS, 'version'].map((field) => [field, 1]),
+);
 
 const newestFirst = (a: MessageSummary, b: MessageSummary) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0);
 
@@ -89,11 +112,21 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   // its listing entry is written, so one this read misses is in the partitions read after it.
   // Read side by side, a partition could be read before a message's entry was written and the
   // working set after the message had left it (a hostile test under load counted one short).
-  const live = await store.messages
-    .find(query.state ? { ...base, state: query.state } : base, { projection: SUMMARY_PROJECTION })
-    .sort({ _id: -1 })
-    .limit(want)
-    .toArray();
+  const [moved, intakes] = await Promise.all([
+    store.messages
+      .find(query.state ? { ...base, state: query.state } : base, { projection: SUMMARY_PROJECTION })
+      .sort({ _id: -1 })
+      .limit(want)
+      .toArray(),
+    readIntakes(store, SUMMARY_PROJECTION),
+  ]);
+  // an intake is read whole (it holds a few seconds of mail); a message that moved into `messages`
+  // has the newer copy there
+  const live = moved as Array<MessageSummary & { version: number }>;
+  const movedIds = new Set(moved.map((doc) => doc._id));
+  for (const doc of intakes)
+    if (!movedIds.has(doc._id) && inLiveQuery(doc, query))
+      live.push(doc as MessageSummary & { version: number });
 
   const archived: MessageSummary[] = [];
   if (finding) {
@@ -132,17 +165,38 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   // room for archived messages that turn out to be in the working set (a replay): they are left out
   const candidates = archived.sort(newestFirst).slice(0, want + 64);
 
-  // a message between its archiving and its removal from the working set, or replayed, is in
-  // both: the working-set copy is the one that counts, and it may not be among `live`
-  const liveIds = new Set(live.map((doc) => doc._id));
+  // a message between its final record and its departure from the working set, or replayed, is
+  // in both: the copy with the higher version counts, and the working set's may not be among `live`
+  const liveVersions = new Map(live.map((doc) => [doc._id, doc.version]));
   if (candidates.length > 0) {
     const inFlight = await store.messages
-      .find({ _id: { $in: candidates.map((doc) => doc._id) } }, { projection: { _id: 1 } })
+      .find({ _id: { $in: candidates.map((doc) => doc._id) } }, { projection: { _id: 1, version: 1 } })
       .toArray();
-    for (const doc of inFlight) liveIds.add(doc._id);
+    for (const doc of inFlight)
+      liveVersions.set(doc._id, Math.max(doc.version, liveVersions.get(doc._id) ?? 0));
   }
-  const merged = [...live, ...candidates.filter((doc) => !liveIds.has(doc._id))].sort(newestFirst);
+  const newer = (doc: Versioned) => {
+    const live = liveVersions.get(doc._id);
+    return live === undefined || (doc.version ?? 0) > live;
+  };
+  const archivedIds = new Set<string>();
+  for (const doc of candidates) if (newer(doc as unknown as Versioned)) archivedIds.add(doc._id);
+  const merged = [
+    ...live.filter((doc) => !archivedIds.has(doc._id)),
+    ...candidates.filter((doc) => archivedIds.has(doc._id)),
+  ].sort(newestFirst);
   return merged.slice(query.offset, want);
+}
+
+type Versioned = { _id: string; version: number };
+
+/** What the query asks of an in-flight copy read whole (an intake's). */
+function inLiveQuery(doc: MessageSummary, query: MessageQuery): boolean {
+  return (
+    (!query.state || doc.state === query.state) &&
+    (!query.domain || doc.domains.includes(query.domain)) &&
+    (!query.before || doc._id < query.before)
+  );
 }
 
 /**

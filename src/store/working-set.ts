@@ -1,10 +1,12 @@
-// Writes to the working set (`messages`, documents in messages.ts): the insert of a newly accepted
-// message, the owner's fenced updates, and the clean-up of records whose senders were told 451.
+// Writes to the working set (documents in messages.ts): the insert of a newly accepted message
+// into its intake (intake.ts), the owner's fenced updates in `messages`, and the clean-up of
+// records whose senders were told 451.
 // Claims and leases are in leases.ts; the move of a final message to its partition in history.ts.
 import type { UpdateFilter } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
+import { type Intake, listIntakes } from './intake.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 
@@ -13,17 +15,24 @@ import type { Store } from './mongo.ts';
  * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
  * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
  */
-export async function insertAcceptedMessage(store: Store, doc: AcceptedMessage): Promise<void> {
+export async function insertAcceptedMessage(
+  store: Store,
+  doc: AcceptedMessage,
+  intake: Intake,
+): Promise<void> {
   await retryTransient(
     async () => {
+      const name = await intake.admit(doc._id);
       try {
-        const outcome = await store.writes.messageInserts.submit(doc);
+        const outcome = await store.writes.intakeInserts.submit(name, doc);
         if (outcome) throw outcome;
       } catch (err) {
         // ours (an earlier try that was applied) or another process's message with the same id
         if (
           isDuplicateKey(err) &&
-          (await store.messages.countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
+          (await store.db
+            .collection<MessageDoc>(name)
+            .countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
         )
           return;
         throw err;
@@ -65,11 +74,18 @@ function scheduling(update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> 
  * records go: one an owner has written to since is left to its lease. One command for all.
  */
 export async function removeAbandonedRecords(store: Store, ids: string[]): Promise<number> {
-  const deleted = await store.messages.deleteMany({
-    state: 'queued',
-    version: 1,
-    lease_epoch: 1,
-    _id: { $in: ids },
-  });
-  return deleted.deletedCount;
+  if (ids.length === 0) return 0;
+  const filter = { state: 'queued' as const, version: 1, lease_epoch: 1, _id: { $in: ids } };
+  const intakes = await listIntakes(store);
+  const deleted = await Promise.all([
+    store.messages.deleteMany(filter),
+    // an intake dropped meanwhile has nothing left to remove
+    ...intakes.map((entry) =>
+      store.db
+        .collection<MessageDoc>(entry._id)
+        .deleteMany(filter)
+        .catch(() => ({ deletedCount: 0 })),
+    ),
+  ]);
+  return deleted.reduce((sum, result) => sum + result.deletedCount, 0);
 }

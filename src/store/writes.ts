@@ -15,8 +15,8 @@ import type { Archived, ArchivedRecord } from './records.ts';
 export interface StoreWrites {
   /** raw documents, per daily partition (raw.ts) */
   readonly rawInserts: BatcherPerName<RawDocument, Error | undefined>;
-  /** newly accepted messages into the working set (working-set.ts) */
-  readonly messageInserts: Batcher<MessageDoc, Error | undefined>;
+  /** newly accepted messages, per intake (working-set.ts, intake.ts) */
+  readonly intakeInserts: BatcherPerName<MessageDoc, Error | undefined>;
   /** the owners' fenced updates: true when the write is in (working-set.ts) */
   readonly ownerWrites: Batcher<OwnerWrite, boolean>;
   /** final records and their listing entries, per history partition (history.ts) */
@@ -39,11 +39,13 @@ export async function storeRawDocuments(connection: Connection, docs: RawDocumen
 }
 
 /**
- * One batch of final records into a partition, then their listing entries, one insert per listing
- * partition (usually one). The raw bytes some of them carry go first: a record is never stored
- * without its bytes. A record already there (an archive re-run after a crash) is replaced. A
- * failure of the bytes or of the entries fails the whole batch: it is retried, and records already
- * stored are then replaced.
+ * One batch of final records into a partition, after their listing entries (one insert per
+ * listing partition, usually one). The raw bytes some of them carry go first: a record is never
+ * stored without its bytes. The entries go before the records because a lookup by id shows the
+ * record as soon as it is stored (it is the newest copy): a listing must not lag behind it. A
+ * record already there (an archive re-run after a crash) is replaced. A failure fails the whole
+ * batch: it is retried, and records already stored are then replaced (an entry written twice is
+ * harmless: the highest version counts).
  */
 async function storeRecords(
   connection: Connection,
@@ -52,6 +54,11 @@ async function storeRecords(
 ): Promise<Array<Error | undefined>> {
   const raws = batch.flatMap((archived) => (archived.raw ? [archived.raw] : []));
   if (raws.length > 0) await storeRawDocuments(connection, raws);
+  await appendEntriesOf(
+    connection,
+    parsePartitionName(name)!.kind as RecordKind,
+    batch.map((archived) => archived.entry),
+  );
   connection.partitions.note(name);
   const collection = connection.db.collection<ArchivedRecord>(name);
   const outcomes = await insertEach(
@@ -64,8 +71,6 @@ async function storeRecords(
     await collection.replaceOne({ _id: record._id }, record, { writeConcern: DURABLE });
     outcomes[i] = undefined;
   }
-  const entries = batch.filter((_, i) => outcomes[i] === undefined).map((archived) => archived.entry);
-  await appendEntriesOf(connection, parsePartitionName(name)!.kind as RecordKind, entries);
   return outcomes;
 }
 
@@ -98,11 +103,14 @@ export function buildWrites(connection: Connection): StoreWrites {
           flush: (docs) => insertEach(connection.db.collection<RawDocument>(name), docs),
         }),
     ),
-    messageInserts: new Batcher({
-      maxInFlight: 1,
-      maxBatch: 100,
-      flush: (docs: MessageDoc[]) => insertEach(connection.messages, docs),
-    }),
+    intakeInserts: new BatcherPerName<MessageDoc, Error | undefined>(
+      (name) =>
+        new Batcher({
+          maxInFlight: 1,
+          maxBatch: 100,
+          flush: (docs: MessageDoc[]) => insertEach(connection.db.collection<MessageDoc>(name), docs),
+        }),
+    ),
     // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL
     // connection) open until the whole command ends, and waits for one more for each write; a
     // bulk update as large as its pool (50) deadlocks the server for good

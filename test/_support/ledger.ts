@@ -2,6 +2,7 @@
 // what the database holds, and the five invariants checked across the three.
 import { randomBytes } from 'node:crypto';
 import type { MessageStateName as MessageState } from '../../src/lifecycle/tables.ts';
+import { readIntakes } from '../../src/store/intake.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
@@ -103,33 +104,40 @@ export interface LedgerReport {
 const FINAL = new Set(['delivered', 'dlq']);
 
 /**
- * The states of many messages: in flight in the working set, else in the history partitions their
- * ids name (one query per partition). A message in both (between archiving and removal) counts
- * once, as the working set has it.
+ * The states of many messages: in flight in the working set (`messages` and the intakes), else in
+ * the history partitions their ids name (one query per partition). A message in more than one
+ * (between its final record and its departure, or moved out of its intake) counts once, as its
+ * newest copy (the highest version) has it.
  */
 async function statesOf(store: Store, ids: string[]): Promise<Array<{ _id: string; state: MessageState }>> {
-  const options = { projection: { state: 1 }, maxTimeMS: 5000 };
-  const live = await store.messages.find({ _id: { $in: ids } }, options).toArray();
-  const seen = new Set(live.map((doc) => doc._id));
+  const options = { projection: { state: 1, version: 1 }, maxTimeMS: 5000 };
+  const wanted = new Set(ids);
   const byPartition = new Map<string, string[]>();
-  for (const id of ids) {
-    if (seen.has(id)) continue;
+  for (const id of ids)
     for (const kind of ['history', 'dlq'] as const) {
       const name = partitionOf(kind, id);
       const some = byPartition.get(name);
       if (some) some.push(id);
       else byPartition.set(name, [id]);
     }
-  }
-  const archived = await Promise.all(
-    [...byPartition].map(([name, some]) =>
-      store.db
-        .collection<MessageDoc>(name)
-        .find({ _id: { $in: some } }, options)
-        .toArray(),
+  const [live, intakes, archived] = await Promise.all([
+    store.messages.find({ _id: { $in: ids } }, options).toArray(),
+    readIntakes(store, { state: 1, version: 1 }),
+    Promise.all(
+      [...byPartition].map(([name, some]) =>
+        store.db
+          .collection<MessageDoc>(name)
+          .find({ _id: { $in: some } }, options)
+          .toArray(),
+      ),
     ),
-  );
-  return [...live, ...archived.flat()];
+  ]);
+  const newest = new Map<string, Pick<MessageDoc, '_id' | 'state' | 'version'>>();
+  for (const doc of [...live, ...intakes.filter((doc) => wanted.has(doc._id)), ...archived.flat()]) {
+    const known = newest.get(doc._id);
+    if (!known || doc.version > known.version) newest.set(doc._id, doc);
+  }
+  return [...newest.values()];
 }
 
 /** Waits until every acknowledged message is final (or the deadline), then checks the invariants. */

@@ -14,6 +14,7 @@ import { createLogger } from '../../src/log/logger.ts';
 import { archiveAsOwner, insertRecords, restoreRecord } from '../../src/store/history.ts';
 import { Housekeeping } from '../../src/store/housekeeping.ts';
 import { idAt } from '../../src/store/ids.ts';
+import { findInIntakes } from '../../src/store/intake.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
 import { legacyPartitionOf, partitionEnd, partitionKeyOf, partitionOf } from '../../src/store/partitions.ts';
@@ -151,21 +152,25 @@ test("a small message's bytes ride in its working-set document and go to its raw
   const [smallId, largeId] = [acceptedId(await send(small)), acceptedId(await send(large))];
   const rawDay = store.db.collection<{ _id: string }>(partitionOf('raw', smallId));
 
-  // in flight: the small one's bytes are in its document only, the large one's in the raw partition
-  const inFlight = await store.messages.findOne({ _id: smallId });
+  // in flight (in its intake): the small one's bytes are in its document only, the large one's in
+  // the raw partition
+  const inFlight = await findInIntakes(store, smallId);
   t.truthy(inFlight?.raw, 'the small message carries its bytes');
   t.is(await rawDay.countDocuments({ _id: smallId }), 0);
-  t.is((await store.messages.findOne({ _id: largeId }))?.raw, undefined);
+  t.truthy(await findInIntakes(store, largeId));
+  t.is((await findInIntakes(store, largeId))?.raw, undefined);
   t.is(await rawDay.countDocuments({ _id: largeId }), 1);
   t.is(await (await fetch(`${service.baseUrl}/messages/${smallId}/raw`)).text(), small);
 
   await waitForState(api, smallId, ['delivered']);
   await waitForState(api, largeId, ['delivered']);
   await waitUntil(
-    async () => (await store.messages.countDocuments({ _id: { $in: [smallId, largeId] } })) === 0,
+    async () =>
+      (await findInIntakes(store, smallId)) === null && (await findInIntakes(store, largeId)) === null,
     'the working set to forget both messages',
     { everyMs: 100 },
   );
+  t.is(await store.messages.countDocuments({ _id: { $in: [smallId, largeId] } }), 0);
   // final: the bytes are in the raw partition, the record does not carry them
   t.is(await rawDay.countDocuments({ _id: smallId }), 1);
   const final = await getMessage(store, smallId);

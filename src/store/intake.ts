@@ -1,0 +1,362 @@
+// Where a message waits from its 250 until it is final or needs a write: an intake of the process
+// that accepted it, one collection per span of acceptance time (`intake_<process number>_<span
+// start>`; a quarter of LEASE_TIME, at most 5 s), written only by inserts and dropped whole once
+// every message in it has departed. FerretDB 1.24 runs each removal of a document as a read and a
+// write transaction of its own: 0.7-2 ms of its CPU per document over SQLite, about a third of what
+// a message cost it, each holding SQLite's one writer while the next sender's insert waited.
+// Dropping a collection costs the same whatever it holds.
+//
+// A message departs its intake when its final record is stored (history.ts), or at its first
+// other write (a retry's release, a lease renewal, a failure): it then moves into `messages` at the
+// next epoch, taking that lease as any claimant would (leases.ts), and every fenced write works
+// there as before. Departures are noted in the intake, one marker document per batch, so that
+// readers take the newer copy until the drop (they compare versions anyway). The registry
+// (`intakes`, one small document per live intake) tells readers and claimants which intakes
+// exist; an intake whose span ended more than half a lease ago is stale (its owner died or
+// stalls), and any process's scheduler takes its due messages over (`claimFromIntake`).
+import { Batcher } from './batcher.ts';
+import { DURABLE } from './connection.ts';
+import { findRecord } from './history.ts';
+import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
+import { takeLease } from './leases.ts';
+import type { MessageDoc, Ownership } from './messages.ts';
+import type { Store } from './mongo.ts';
+import { idMs } from './partitions.ts';
+
+export const INTAKE_REGISTRY = 'intakes';
+
+/** A live intake: its collection, whose ids it holds, and the span of their acceptance times (ms). */
+export interface IntakeEntry {
+  _id: string;
+  number: string;
+  owner: string;
+  start: number;
+  end: number;
+}
+
+/** Messages that have left an intake (final, or moved into `messages`); never a message id. */
+interface DepartureMarker {
+  _id: string;
+  departed: string[];
+}
+
+type IntakeDocument = MessageDoc | DepartureMarker;
+
+const isMarker = (doc: IntakeDocument): doc is DepartureMarker => 'departed' in doc;
+
+/** A quarter of the lease, so that a live owner has dropped a span long before it could look stale. */
+export function intakeSpanMs(leaseMs: number): number {
+  return Math.max(250, Math.min(5000, Math.floor(leaseMs / 4)));
+}
+
+const registry = (store: Store) => store.db.collection<IntakeEntry>(INTAKE_REGISTRY);
+
+/** The live intakes, as registered. */
+export function listIntakes(store: Store): Promise<IntakeEntry[]> {
+  return registry(store).find({}).toArray();
+}
+
+/**
+ * A read of an intake: one dropped meanwhile holds nothing (FerretDB over PostgreSQL can fail a
+ * query on a table dropped under it, rather than find nothing).
+ */
+async function fromIntake<T>(store: Store, name: string, read: () => Promise<T>, none: T): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    if ((await registry(store).countDocuments({ _id: name })) === 0) return none;
+    throw err;
+  }
+}
+
+/** An intake's messages that have not departed it (a missing intake has none). */
+export async function readIntake(
+  store: Store,
+  name: string,
+  projection?: Record<string, 0 | 1>,
+): Promise<MessageDoc[]> {
+  const docs = await fromIntake(
+    store,
+    name,
+    () =>
+      store.db
+        .collection<IntakeDocument>(name)
+        .find({}, projection ? { projection: { ...projection, departed: 1 } } : {})
+        .toArray(),
+    [],
+  );
+  const departed = new Set(docs.flatMap((doc) => (isMarker(doc) ? doc.departed : [])));
+  return docs.filter((doc): doc is MessageDoc => !isMarker(doc) && !departed.has(doc._id));
+}
+
+/** Every live intake's messages in flight (listings, counts, raw retention). */
+export async function readIntakes(store: Store, projection?: Record<string, 0 | 1>): Promise<MessageDoc[]> {
+  const intakes = await listIntakes(store);
+  return (await Promise.all(intakes.map((entry) => readIntake(store, entry._id, projection)))).flat();
+}
+
+/** A message's copies in the intakes its id names (the accepting process's, for its time). */
+export async function findInIntakes(store: Store, id: string): Promise<MessageDoc | null> {
+  const at = idMs(id);
+  const number = processNumberOf(id);
+  const names = (await listIntakes(store))
+    .filter((entry) => entry.number === number && entry.start <= at && at < entry.end)
+    .map((entry) => entry._id);
+  const found = await Promise.all(
+    names.map((name) =>
+      fromIntake(store, name, () => store.db.collection<MessageDoc>(name).findOne({ _id: id }), null),
+    ),
+  );
+  return newestCopy(found.filter((doc) => doc !== null));
+}
+
+/** Of several copies of one message, the one its latest write made. */
+export function newestCopy<T extends { version: number }>(copies: readonly T[]): T | null {
+  return copies.reduce<T | null>(
+    (newest, copy) => (!newest || copy.version > newest.version ? copy : newest),
+    null,
+  );
+}
+
+/**
+ * Drops an intake, its registry entry first: every message in it has left, so a reader that no
+ * longer finds the entry misses nothing, and one that read the entry before finds the collection
+ * or nothing (`fromIntake`).
+ */
+export async function dropIntake(store: Store, name: string): Promise<void> {
+  await registry(store).deleteOne({ _id: name });
+  await store.db.dropCollection(name).catch(() => false);
+}
+
+/** Intakes whose span ended more than half a lease ago: their owner should have dropped them. */
+export async function staleIntakes(store: Store, now: number, leaseMs: number): Promise<IntakeEntry[]> {
+  return (await listIntakes(store)).filter((entry) => entry.end + leaseMs / 2 <= now);
+}
+
+/**
+ * Moves a message out of its intake into `messages`, as `doc` (its state after the owner's write),
+ * at the next epoch: its owner takes that lease as a claimant would, so that an owner that
+ * stalled past its lease and a claimant cannot both have it. The moved document, or undefined
+ * when another process holds the message.
+ */
+export async function moveFromIntake(
+  store: Store,
+  owner: Ownership,
+  doc: MessageDoc,
+  ownerName: string,
+  leaseMs: number,
+): Promise<MessageDoc | undefined> {
+  const epoch = await takeLease(store, owner.id, owner.epoch, ownerName, new Date(Date.now() + leaseMs));
+  if (epoch === undefined) return undefined;
+  const moved: MessageDoc = { ...doc, lease_epoch: epoch, version: owner.version + 1 };
+  if (moved.due_at) moved.scheduled = true;
+  else delete moved.scheduled;
+  try {
+    await store.messages.insertOne(moved, { writeConcern: DURABLE });
+  } catch (err) {
+    if (isDuplicateKey(err)) return undefined;
+    throw err;
+  }
+  return moved;
+}
+
+/**
+ * Takes over a message of a stale intake, as the scheduler takes over an expired lease: its lease
+ * at the next epoch, then the message into `messages`. 'departed' when it has left the intake
+ * after all (its record is stored, or it is in `messages`); undefined when another process holds it.
+ */
+export async function claimFromIntake(
+  store: Store,
+  doc: MessageDoc,
+  ownerName: string,
+  leaseMs: number,
+): Promise<MessageDoc | 'departed' | undefined> {
+  const expiresAt = new Date(Date.now() + leaseMs);
+  const epoch = await takeLease(store, doc._id, doc.lease_epoch, ownerName, expiresAt);
+  if (epoch === undefined) return undefined;
+  // its owner stores the final record before the message departs, and moves it before writing
+  const [record, moved] = await Promise.all([
+    findRecord(store, doc._id),
+    store.messages.findOne({ _id: doc._id }, { projection: { _id: 1 } }),
+  ]);
+  if (record || moved) {
+    await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
+    return 'departed';
+  }
+  const claimed: MessageDoc = {
+    ...doc,
+    lease_epoch: epoch,
+    lease_owner: ownerName,
+    due_at: expiresAt,
+    scheduled: true,
+    version: doc.version + 1,
+    claims: (doc.claims ?? 0) + 1,
+  };
+  try {
+    await store.messages.insertOne(claimed, { writeConcern: DURABLE });
+  } catch (err) {
+    if (isDuplicateKey(err)) return 'departed';
+    throw err;
+  }
+  return claimed;
+}
+
+interface Span {
+  start: number;
+  end: number;
+  /** the collection, once registered */
+  name: Promise<string>;
+  failed: boolean;
+  /** messages admitted and not yet departed */
+  outstanding: Set<string>;
+  markers?: Batcher<string, undefined>;
+}
+
+/** This process's intakes: where its accepted messages go, and when each span can be dropped. */
+export class Intake {
+  private readonly store: Store;
+  /** this process's name in leases (the owner of what it accepts) */
+  readonly ownerName: string;
+  readonly leaseMs: number;
+  private readonly spanMs: number;
+  private readonly spans = new Map<number, Span>();
+  /** spans being dropped: a late message of one (its DATA began long ago) waits and registers it anew */
+  private readonly dropping = new Map<number, Promise<void>>();
+  private markerSequence = 0;
+
+  constructor(store: Store, ownerName: string, leaseMs: number) {
+    this.store = store;
+    this.ownerName = ownerName;
+    this.leaseMs = leaseMs;
+    this.spanMs = intakeSpanMs(leaseMs);
+  }
+
+  /** Counts a message in its span, registered first: the collection its insert goes to. */
+  async admit(id: string): Promise<string> {
+    const span = this.spanOf(id);
+    span.outstanding.add(id);
+    try {
+      return await span.name;
+    } catch (err) {
+      span.outstanding.delete(id);
+      throw err;
+    }
+  }
+
+  /**
+   * A message has left its intake (its final record is stored, or it moved into `messages`), or
+   * never entered it (its sender was told 451 and the watch for its late insert is over:
+   * `noted` false). Once a span has ended and every message has left, it is dropped.
+   */
+  depart(id: string, noted = true): void {
+    const span = this.spans.get(this.startOf(id));
+    if (!span?.outstanding.has(id)) return;
+    const note = noted ? this.note(span, id) : Promise.resolve(undefined);
+    void note
+      .catch(() => undefined)
+      .then(() => {
+        span.outstanding.delete(id);
+        this.dropIfDone(span);
+      });
+  }
+
+  /**
+   * Drops the spans that have ended with every message gone (the scheduler calls it each poll);
+   * `stopping`: also those that have not ended, as no message will come into them any more.
+   */
+  tick(stopping = false): Promise<void> {
+    const drops = [...this.spans.values()].map((span) => this.dropIfDone(span, stopping));
+    return Promise.all(drops).then(() => undefined);
+  }
+
+  /** Forgets a span that another process's (or this one's) scheduler found stale and dropped. */
+  forget(name: string): void {
+    for (const [start, span] of this.spans)
+      void span.name.then(
+        (mine) => {
+          if (mine === name && this.spans.get(start) === span) this.spans.delete(start);
+        },
+        () => {},
+      );
+  }
+
+  private startOf(id: string): number {
+    return Math.floor(idMs(id) / this.spanMs) * this.spanMs;
+  }
+
+  private spanOf(id: string): Span {
+    const start = this.startOf(id);
+    const known = this.spans.get(start);
+    if (known && !known.failed) return known;
+    const span: Span = {
+      start,
+      end: start + this.spanMs,
+      name: Promise.resolve(''),
+      failed: false,
+      outstanding: known?.outstanding ?? new Set(),
+    };
+    const dropped = this.dropping.get(start) ?? Promise.resolve();
+    span.name = dropped.then(() => this.register(start));
+    span.name.catch(() => {
+      span.failed = true;
+    });
+    this.spans.set(start, span);
+    return span;
+  }
+
+  private async register(start: number): Promise<string> {
+    const base = `intake_${ownProcessNumber()}_${start}`;
+    // two processes that drew the same number (one in a million): the second names its own
+    const names = [base, `${base}_${this.ownerName.split(':').at(-1)}`];
+    for (const name of names) {
+      const entry: IntakeEntry = {
+        _id: name,
+        number: ownProcessNumber(),
+        owner: this.ownerName,
+        start,
+        end: start + this.spanMs,
+      };
+      try {
+        await registry(this.store).insertOne(entry, { writeConcern: DURABLE });
+        return name;
+      } catch (err) {
+        if (!isDuplicateKey(err)) throw err;
+        // our own entry (an earlier try that went in) is ours to use
+        if ((await registry(this.store).findOne({ _id: name }))?.owner === this.ownerName) return name;
+      }
+    }
+    throw new Error(`intake ${base} is registered by two other processes`);
+  }
+
+  /** One marker document per batch of departures: readers then need not compare their copies. */
+  private async note(span: Span, id: string): Promise<undefined> {
+    const name = await span.name;
+    span.markers ??= new Batcher<string, undefined>({
+      maxInFlight: 1,
+      maxBatch: 256,
+      flush: async (ids) => {
+        const marker: DepartureMarker = {
+          _id: `departed-${++this.markerSequence}-${Date.now()}`,
+          departed: ids,
+        };
+        await this.store.db.collection<IntakeDocument>(name).insertOne(marker);
+        return ids.map(() => undefined);
+      },
+    });
+    return span.markers.submit(id);
+  }
+
+  private dropIfDone(span: Span, stopping = false): Promise<void> | undefined {
+    if (span.outstanding.size > 0 || this.spans.get(span.start) !== span) return undefined;
+    if (!stopping && Date.now() < span.end) return undefined;
+    this.spans.delete(span.start);
+    const dropped = span.name
+      .then((name) => dropIntake(this.store, name))
+      .catch(() => {})
+      .finally(() => {
+        if (this.dropping.get(span.start) === dropped) this.dropping.delete(span.start);
+      });
+    this.dropping.set(span.start, dropped);
+    return dropped;
+  }
+}

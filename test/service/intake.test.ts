@@ -1,0 +1,113 @@
+// Where accepted messages wait: the accepting process's intake (src/store/intake.ts), one
+// collection per span of acceptance time, written only by inserts and dropped whole once every
+// message has left it; a message that needs a write other than its final record moves into
+// `messages`; the messages of an intake whose owner is gone are taken over by another process.
+import test from 'ava';
+import { insertRecords } from '../../src/store/history.ts';
+import { findInIntakes, INTAKE_REGISTRY, type IntakeEntry, listIntakes } from '../../src/store/intake.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
+import { openStore, type Store } from '../../src/store/mongo.ts';
+import { insertRawMany } from '../../src/store/raw.ts';
+import { getMessage } from '../../src/store/reads.ts';
+import { workingSetDoc } from '../_support/documents.ts';
+import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { acceptedId, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
+
+const body = (subject: string) => `From: a@sender.example\r\nSubject: ${subject}\r\n\r\nbody\r\n`;
+
+async function collectionExists(store: Store, name: string): Promise<boolean> {
+  return (await store.db.listCollections({ name }, { nameOnly: true }).toArray()).length > 0;
+}
+
+test('an accepted message waits in its intake, which is dropped whole once its messages are final', async (t) => {
+  const { service, api, receiver, uri } = await startPipeline(t, { label: 'intake' });
+  await routeTo({ api, receiver }, 'intake.example', '/in');
+  // held long enough to look at the message while it is in flight
+  receiver.on('/in', { status: 204, delayMs: 1500 });
+  const store = await openStore({ uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+
+  const id = acceptedId(
+    await sendRaw(service.smtpPort, { from: 'a@sender.example', to: ['x@intake.example'] }, body('wait')),
+  );
+  const waiting = await findInIntakes(store, id);
+  t.like(waiting, { _id: id, state: 'queued', lease_epoch: 1 }, 'in its intake from the 250');
+  t.is(await store.messages.findOne({ _id: id }), null, 'not in messages');
+  const [intake] = (await listIntakes(store)).filter((entry) => entry.number === id.slice(-6));
+  t.truthy(intake, 'the intake is registered');
+  t.true(await collectionExists(store, intake!._id));
+  t.is((await api.get<{ state: string }>(`/messages/${id}`)).body.state, 'queued');
+
+  await waitForState(api, id, ['delivered']);
+  await waitUntil(async () => !(await collectionExists(store, intake!._id)), 'the intake to be dropped', {
+    timeoutMs: 20_000,
+    everyMs: 100,
+  });
+  t.is(await store.db.collection(INTAKE_REGISTRY).countDocuments({ _id: intake!._id as never }), 0);
+  t.is((await getMessage(store, id))?.state, 'delivered', 'the final record stays');
+  t.is(receiver.requests.length, 1);
+});
+
+test('a message whose delivery is retried moves into messages at the next epoch, once', async (t) => {
+  const { service, api, receiver, uri } = await startPipeline(t, { label: 'intake-move' });
+  await routeTo({ api, receiver }, 'move.example', '/in');
+  receiver.on('/in', { status: 500 });
+  const store = await openStore({ uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+
+  const id = acceptedId(
+    await sendRaw(service.smtpPort, { from: 'a@sender.example', to: ['x@move.example'] }, body('move')),
+  );
+  await waitUntil(
+    async () => (await store.messages.findOne({ _id: id })) !== null,
+    'the move into messages',
+    {
+      timeoutMs: 20_000,
+    },
+  );
+  const moved = await store.messages.findOne({ _id: id });
+  t.is(moved?.lease_epoch, 2, 'its owner took the next epoch itself');
+  t.is(moved?.claims, undefined, 'a move is not a takeover');
+  t.truthy(await store.leases.findOne({ _id: `${id}:2` }), 'by its lease document');
+  receiver.on('/in', { status: 200 });
+  await waitForState(api, id, ['delivered']);
+  t.is(new Set(receiver.requests.map((r) => r.headers['webhook-id'])).size, 1, 'one delivery, retried');
+});
+
+test('the messages of an intake whose owner is gone are taken over, delivered once, and the intake dropped', async (t) => {
+  const { api, receiver, uri } = await startPipeline(t, { label: 'intake-stale' });
+  await routeTo({ api, receiver }, 'stale.example', '/in');
+  const store = await openStore({ uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+
+  // a process (number 999999) that accepted two messages a minute ago and died: its intake, as it
+  // left it; one of the two had its final record stored before the process died
+  const start = Date.now() - 60_000;
+  const name = `intake_999999_${start}`;
+  const [pending, done] = [0, 1].map((n) =>
+    workingSetDoc(`m-${start + n}00${n}999999`, `x${n}@stale.example`, {
+      lease_owner: 'gone:1:dead',
+      due_at: new Date(start + 5000),
+      scheduled: true,
+    }),
+  );
+  await insertRawMany(store, [
+    { id: pending!._id, bytes: Buffer.from(body('pending')) },
+    { id: done!._id, bytes: Buffer.from(body('done')) },
+  ]);
+  await store.db.collection<MessageDoc>(name).insertMany([pending!, done!]);
+  await insertRecords(store, [{ ...done!, state: 'delivered', version: 2 }]);
+  const entry: IntakeEntry = { _id: name, number: '999999', owner: 'gone:1:dead', start, end: start + 1000 };
+  await store.db.collection<IntakeEntry>(INTAKE_REGISTRY).insertOne(entry);
+
+  await waitForState(api, pending!._id, ['delivered']);
+  await waitUntil(async () => !(await collectionExists(store, name)), 'the stale intake to be dropped', {
+    timeoutMs: 20_000,
+    everyMs: 100,
+  });
+  t.is(await store.db.collection(INTAKE_REGISTRY).countDocuments({ _id: name as never }), 0);
+  t.is(receiver.requests.length, 1, 'the message whose record was stored is not delivered again');
+  t.is((await getMessage(store, done!._id))?.state, 'delivered');
+  t.is((await getMessage(store, pending!._id))?.claims, 1);
+});
