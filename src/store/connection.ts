@@ -15,11 +15,19 @@ export interface Connection {
   /** the working set: messages in flight (final ones move to the history partitions) */
   readonly messages: Collection<MessageDoc>;
   readonly leases: Collection<LeaseDoc>;
+  /**
+   * where the intakes' collections are (intake.ts): the database itself on MongoDB; on FerretDB a
+   * database of their own, `<name>_intake`. Over SQLite a database is a file, and every table
+   * created or dropped makes every connection to that file read its whole schema again: beside a
+   * month of history partitions (about 870 collections) the intakes' create and drop every few
+   * seconds cost the delivered rate a fifth. A file of their own also has its own write lock.
+   */
+  readonly intakeDb: Db;
   /** the hourly history partitions that exist (see partitions.ts) */
   readonly partitions: PartitionCatalog;
   /**
    * the server is FerretDB (its buildInfo has `ferretdbVersion`): it reads a whole collection for
-   * any filter but exactly `{_id: X}`. Only fencing.ts acts on it.
+   * any filter but exactly `{_id: X}`. Only fencing.ts acts on it (and openStore, for `intakeDb`).
    */
   readonly ferretdb: boolean;
 }

@@ -1,6 +1,7 @@
 // Where a message waits from its 250 until it is final or needs a write: an intake of the process
 // that accepted it, one collection per span of acceptance time (`intake_<process number>_<span
-// start>`; a quarter of LEASE_TIME, at most 5 s), written only by inserts and dropped whole once
+// start>`; a quarter of LEASE_TIME, at most 2 s; on FerretDB in a database of their own,
+// Connection.intakeDb), written only by inserts and dropped whole once
 // every message in it has departed. FerretDB 1.24 runs each removal of a document as a read and a
 // write transaction of its own: 0.7-2 ms of its CPU per document over SQLite, about a third of what
 // a message cost it, each holding SQLite's one writer while the next sender's insert waited.
@@ -44,9 +45,14 @@ type IntakeDocument = MessageDoc | DepartureMarker;
 
 const isMarker = (doc: IntakeDocument): doc is DepartureMarker => 'departed' in doc;
 
-/** A quarter of the lease, so that a live owner has dropped a span long before it could look stale. */
+/**
+ * A quarter of the lease, so that a live owner has dropped a span long before it could look stale,
+ * and at most 2 s: a listing reads the intakes whole, and an intake is dropped only after its span
+ * has ended (at 60 messages a second, 5 s spans put the first pages after a burst at 60-70 ms,
+ * p99; 1 s and 2 s spans under 50).
+ */
 export function intakeSpanMs(leaseMs: number): number {
-  return Math.max(250, Math.min(5000, Math.floor(leaseMs / 4)));
+  return Math.max(250, Math.min(2000, Math.floor(leaseMs / 4)));
 }
 
 const registry = (store: Store) => store.db.collection<IntakeEntry>(INTAKE_REGISTRY);
@@ -79,7 +85,7 @@ export async function readIntake(
     store,
     name,
     () =>
-      store.db
+      store.intakeDb
         .collection<IntakeDocument>(name)
         .find({}, projection ? { projection: { ...projection, departed: 1 } } : {})
         .toArray(),
@@ -104,7 +110,7 @@ export async function findInIntakes(store: Store, id: string): Promise<MessageDo
     .map((entry) => entry._id);
   const found = await Promise.all(
     names.map((name) =>
-      fromIntake(store, name, () => store.db.collection<MessageDoc>(name).findOne({ _id: id }), null),
+      fromIntake(store, name, () => store.intakeDb.collection<MessageDoc>(name).findOne({ _id: id }), null),
     ),
   );
   return newestCopy(found.filter((doc) => doc !== null));
@@ -125,7 +131,7 @@ export function newestCopy<T extends { version: number }>(copies: readonly T[]):
  */
 export async function dropIntake(store: Store, name: string): Promise<void> {
   await registry(store).deleteOne({ _id: name });
-  await store.db.dropCollection(name).catch(() => false);
+  await store.intakeDb.dropCollection(name).catch(() => false);
 }
 
 /** Intakes whose span ended more than half a lease ago: their owner should have dropped them. */
@@ -339,7 +345,7 @@ export class Intake {
           _id: `departed-${++this.markerSequence}-${Date.now()}`,
           departed: ids,
         };
-        await this.store.db.collection<IntakeDocument>(name).insertOne(marker);
+        await this.store.intakeDb.collection<IntakeDocument>(name).insertOne(marker);
         return ids.map(() => undefined);
       },
     });

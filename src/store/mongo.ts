@@ -66,6 +66,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
   const buildInfo = await database.admin().command({ buildInfo: 1 });
+  const ferretdb = 'ferretdbVersion' in buildInfo;
 
   const connection: Connection = {
     client,
@@ -74,8 +75,9 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     routes: database.collection<RouteDoc>('routes'),
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
+    intakeDb: ferretdb ? client.db(`${name}_intake`) : database,
     partitions: new PartitionCatalog(database),
-    ferretdb: 'ferretdbVersion' in buildInfo,
+    ferretdb,
   };
   const store: Store = {
     ...connection,

@@ -81,7 +81,7 @@ export async function removeAbandonedRecords(store: Store, ids: string[]): Promi
     store.messages.deleteMany(filter),
     // an intake dropped meanwhile has nothing left to remove
     ...intakes.map((entry) =>
-      store.db
+      store.intakeDb
         .collection<MessageDoc>(entry._id)
         .deleteMany(filter)
         .catch(() => ({ deletedCount: 0 })),

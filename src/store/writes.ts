@@ -108,7 +108,7 @@ export function buildWrites(connection: Connection): StoreWrites {
         new Batcher({
           maxInFlight: 1,
           maxBatch: 100,
-          flush: (docs: MessageDoc[]) => insertEach(connection.db.collection<MessageDoc>(name), docs),
+          flush: (docs: MessageDoc[]) => insertEach(connection.intakeDb.collection<MessageDoc>(name), docs),
         }),
     ),
     // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL

@@ -17,7 +17,7 @@ import { waitUntil } from '../_support/wait.ts';
 const body = (subject: string) => `From: a@sender.example\r\nSubject: ${subject}\r\n\r\nbody\r\n`;
 
 async function collectionExists(store: Store, name: string): Promise<boolean> {
-  return (await store.db.listCollections({ name }, { nameOnly: true }).toArray()).length > 0;
+  return (await store.intakeDb.listCollections({ name }, { nameOnly: true }).toArray()).length > 0;
 }
 
 test('an accepted message waits in its intake, which is dropped whole once its messages are final', async (t) => {
@@ -96,7 +96,7 @@ test('the messages of an intake whose owner is gone are taken over, delivered on
     { id: pending!._id, bytes: Buffer.from(body('pending')) },
     { id: done!._id, bytes: Buffer.from(body('done')) },
   ]);
-  await store.db.collection<MessageDoc>(name).insertMany([pending!, done!]);
+  await store.intakeDb.collection<MessageDoc>(name).insertMany([pending!, done!]);
   await insertRecords(store, [{ ...done!, state: 'delivered', version: 2 }]);
   const entry: IntakeEntry = { _id: name, number: '999999', owner: 'gone:1:dead', start, end: start + 1000 };
   await store.db.collection<IntakeEntry>(INTAKE_REGISTRY).insertOne(entry);
