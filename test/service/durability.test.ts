@@ -12,7 +12,9 @@ import { createLogger } from '../../src/log/logger.ts';
 import { startWorkerService } from '../../src/service/worker-service.ts';
 import { insertEach } from '../../src/store/connection.ts';
 import { newId } from '../../src/store/ids.ts';
+import { findInIntakes } from '../../src/store/intake.ts';
 import { claimMessage } from '../../src/store/leases.ts';
+import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
 import { openTestDatabase } from '../_support/db.ts';
@@ -275,6 +277,20 @@ test.serial(
     );
     t.is(await store.messages.countDocuments({ _id: refused }), 0, 'the late record is removed');
     t.is(await store.leases.countDocuments({ _id: `${refused}:2` }), 0, 'and never claimed');
+    // where a late insert lands now: this process's intake for the message's time
+    const lateInIntake = newId('m');
+    service.actors.abandon(lateInIntake);
+    const intake = await service.actors.intake.admit(lateInIntake);
+    await store.intakeDb.collection<MessageDoc>(intake).insertOne(record(lateInIntake));
+    t.truthy(await findInIntakes(store, lateInIntake));
+    await waitUntil(
+      async () => (await findInIntakes(store, lateInIntake)) === null,
+      'the late record in its intake to be removed',
+      {
+        everyMs: 100,
+      },
+    );
+    t.is(await store.leases.countDocuments({ _id: `${lateInIntake}:2` }), 0, 'never claimed either');
     // the same record not refused is the scheduler's: it is claimed (and, its raw bytes missing, dead-lettered)
     await waitUntil(
       async () => (await store.leases.countDocuments({ _id: `${other}:2` })) > 0,
