@@ -24,6 +24,12 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
 const LEASE_CLEANUP_EVERY_MS = 60_000;
 /** how often a refused acceptance's late writes are looked for and removed (abandoned.ts) */
 const ABANDONED_SWEEP_MS = 1000;
+/**
+ * An intake found stale is taken over only once it has looked stale this long to this process: a
+ * stalled database that answers again may then apply inserts whose senders were told 451, and
+ * their owner's clean-up (every ABANDONED_SWEEP_MS) removes them first.
+ */
+const STALE_CONFIRM_MS = 3 * ABANDONED_SWEEP_MS;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
@@ -43,6 +49,8 @@ export class ActorSystem {
   /** acceptances answered 451 whose record may still land */
   private readonly abandoned: AbandonedAcceptances;
   private polling = false;
+  /** stale intakes by when this process first found them so (see STALE_CONFIRM_MS) */
+  private readonly staleSince = new Map<string, number>();
   private stopping: Promise<void> | undefined;
 
   constructor(options: ActorSystemOptions) {
@@ -174,7 +182,13 @@ export class ActorSystem {
    */
   private async claimFromStaleIntakes(): Promise<void> {
     const now = Date.now();
-    for (const entry of await staleIntakes(this.options.store, now, this.options.leaseMs)) {
+    const stale = await staleIntakes(this.options.store, now, this.options.leaseMs);
+    const names = new Set(stale.map((entry) => entry._id));
+    for (const name of this.staleSince.keys()) if (!names.has(name)) this.staleSince.delete(name);
+    for (const entry of stale) {
+      const since = this.staleSince.get(entry._id) ?? now;
+      this.staleSince.set(entry._id, since);
+      if (now - since < STALE_CONFIRM_MS) continue;
       let left = 0;
       for (const doc of await readIntake(this.options.store, entry._id)) {
         if (this.stopping) return;

@@ -121,6 +121,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     whole: Buffer,
     session: SMTPServerSession,
     auth: StoredAuth | undefined,
+    answered: AbortSignal,
   ): Promise<AcceptedMessage> {
     const inline = await upload.finish(whole);
     const receivedAt = new Date();
@@ -148,7 +149,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       due_at: new Date(receivedAt.getTime() + config.leaseTime),
       scheduled: true,
     };
-    await insertAcceptedMessage(store, doc, actors.intake);
+    await insertAcceptedMessage(store, doc, actors.intake, answered);
     return doc;
   }
 
@@ -255,8 +256,10 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         // chunks (often slices of larger socket buffers) go now
         const whole = Buffer.concat(chunks, bytes);
         chunks.length = 0;
+        // aborted once the sender has been told 451: an insert not yet sent then never goes
+        const refused = new AbortController();
         withDeadline(
-          dmarcCheck(whole, session).then((auth) => record(id, upload, whole, session, auth)),
+          dmarcCheck(whole, session).then((auth) => record(id, upload, whole, session, auth, refused.signal)),
           STORE_DEADLINE_MS,
           () => new Error(`storing the message took longer than ${STORE_DEADLINE_MS} ms`),
         ).then(
@@ -276,6 +279,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
               return callback(err);
             }
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
+            refused.abort();
             void upload.abort();
             // writes in flight may still land in a stalled database: they are removed when it answers
             actors.abandon(id);

@@ -14,15 +14,21 @@ import type { Store } from './mongo.ts';
  * Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. A
  * connection-level failure (a failover, a dropped socket) is tried again twice before the sender
  * is told 451; the id is ours, so a retried insert that finds its own first attempt stored is done.
+ * Once `refused` is aborted (the sender was told 451), nothing more is sent.
  */
 export async function insertAcceptedMessage(
   store: Store,
   doc: AcceptedMessage,
   intake: Intake,
+  refused?: AbortSignal,
 ): Promise<void> {
   await retryTransient(
     async () => {
       const name = await intake.admit(doc._id);
+      // the sender was told 451 while the intake was being registered (a stalled database): an
+      // insert sent now would land a message the sender will send again, for another process to
+      // find and deliver before the 451 clean-up removes it
+      if (refused?.aborted) throw new Error('the sender was told 451: not stored');
       try {
         const outcome = await store.writes.intakeInserts.submit(name, doc);
         if (outcome) throw outcome;
