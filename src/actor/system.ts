@@ -147,32 +147,31 @@ export class ActorSystem {
     }
   }
 
+  /** Claims due messages of `messages` up to the free capacity, oldest due first. */
   private async claimDue(): Promise<void> {
-    {
-      const capacity = this.maxActors - this.running.size;
-      if (capacity <= 0) return;
-      const now = new Date();
-      const due = await findDue(this.options.store, now, Math.min(capacity, 100));
-      for (const candidate of due) {
-        if (this.stopping) return;
-        if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
-        const doc = await claimMessage(
-          this.options.store,
-          candidate._id,
-          candidate.lease_epoch,
-          this.owner,
-          this.options.leaseMs,
-          now,
-        );
-        if (!doc) continue;
-        // an owner's lease that expired (a retry that came due has no owner left)
-        if (candidate.lease_owner) metrics.leaseTakenOver();
-        this.deps.logger.debug(
-          { event: EVENTS.leaseTakenOver, message: doc._id, epoch: doc.lease_epoch },
-          'claimed',
-        );
-        this.spawn(doc);
-      }
+    const capacity = this.maxActors - this.running.size;
+    if (capacity <= 0) return;
+    const now = new Date();
+    const due = await findDue(this.options.store, now, Math.min(capacity, 100));
+    for (const candidate of due) {
+      if (this.stopping) return;
+      if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
+      const doc = await claimMessage(
+        this.options.store,
+        candidate._id,
+        candidate.lease_epoch,
+        this.owner,
+        this.options.leaseMs,
+        now,
+      );
+      if (!doc) continue;
+      // an owner's lease that expired (a retry that came due has no owner left)
+      if (candidate.lease_owner) metrics.leaseTakenOver();
+      this.deps.logger.debug(
+        { event: EVENTS.leaseTakenOver, message: doc._id, epoch: doc.lease_epoch },
+        'claimed',
+      );
+      this.spawn(doc);
     }
   }
 
