@@ -8,7 +8,7 @@ import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
-import { findInIntakes, readIntakes } from './intake.ts';
+import { findInIntakes, listIntakes, readIntake } from './intake.ts';
 import {
   hourlyListingKind,
   listingKind,
@@ -118,15 +118,13 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
       .sort({ _id: -1 })
       .limit(want)
       .toArray(),
-    readIntakes(store, SUMMARY_PROJECTION),
+    newestInIntakes(store, query, want),
   ]);
-  // an intake is read whole (it holds a few seconds of mail); a message that moved into `messages`
-  // has the newer copy there
+  // a message that moved into `messages` has the newer copy there
   const live = moved as Array<MessageSummary & { version: number }>;
   const movedIds = new Set(moved.map((doc) => doc._id));
   for (const doc of intakes)
-    if (!movedIds.has(doc._id) && inLiveQuery(doc, query))
-      live.push(doc as MessageSummary & { version: number });
+    if (!movedIds.has(doc._id)) live.push(doc as MessageSummary & { version: number });
 
   const archived: MessageSummary[] = [];
   if (finding) {
@@ -189,6 +187,34 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
 }
 
 type Versioned = { _id: string; version: number };
+
+/**
+ * The intakes' messages a page can use: intakes are read whole (a span of a few seconds each),
+ * newest span first, and only until `want` messages of the query are newer than every span not
+ * yet read: a span holds only messages accepted before its end. Under load a first page reads one
+ * span per process instead of all of them.
+ */
+async function newestInIntakes(store: Store, query: MessageQuery, want: number): Promise<MessageDoc[]> {
+  const until = query.before ? idMs(query.before) : Number.POSITIVE_INFINITY;
+  const entries = (await listIntakes(store))
+    .filter((entry) => entry.start <= until)
+    .sort((a, b) => b.end - a.end);
+  const found: MessageDoc[] = [];
+  for (let next = 0; next < entries.length; ) {
+    // every span that ends at the newest unread end or later: their messages may be newer than it
+    const boundary = entries[next]!.end;
+    const complete = found.reduce((n, doc) => (idMs(doc._id) >= boundary ? n + 1 : n), 0);
+    if (complete >= want) break;
+    let end = next + 1;
+    while (end < entries.length && entries[end]!.end === boundary) end++;
+    const read = await Promise.all(
+      entries.slice(next, end).map((entry) => readIntake(store, entry._id, SUMMARY_PROJECTION)),
+    );
+    next = end;
+    found.push(...read.flat().filter((doc) => inLiveQuery(doc, query)));
+  }
+  return found;
+}
 
 /** What the query asks of an in-flight copy read whole (an intake's). */
 function inLiveQuery(doc: MessageSummary, query: MessageQuery): boolean {
