@@ -6,7 +6,7 @@
 import type { UpdateFilter } from 'mongodb';
 import { archiveAsOwner, archiveFromIntake, isArchivable } from '../store/history.ts';
 import { type Intake, moveFromIntake } from '../store/intake.ts';
-import type { MessageDoc, Ownership } from '../store/messages.ts';
+import { type MessageDoc, type Ownership, scheduledAs } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { writeAsOwner } from '../store/working-set.ts';
 import { applyChange, type Change, mergeChanges } from './change.ts';
@@ -72,19 +72,12 @@ export class OwnedMessage {
       if (Object.keys(push).length > 0) update.$push = push as UpdateFilter<MessageDoc>['$push'];
       this.deferred = undefined;
       const after = applyChange(this.current, own);
-      if (this.intake) {
-        await this.writeFromIntake(this.intake, own, change);
+      if (isArchivable(after)) {
+        await this.archive(after);
         return;
       }
-      if (isArchivable(after)) {
-        // final: the record moves to its history partition, and the working set forgets it
-        const version = this.owner.version + 1;
-        if (!(await archiveAsOwner(this.store, this.owner, { ...after, version }))) {
-          this.lost = true;
-          throw new OwnershipLost();
-        }
-        this.owner = { ...this.owner, version };
-        this.current = { ...after, version };
+      if (this.intake) {
+        await this.moveFromIntake(this.intake, own, change, after);
         return;
       }
       const version = await writeAsOwner(this.store, this.owner, update);
@@ -101,23 +94,35 @@ export class OwnedMessage {
   }
 
   /**
-   * The one write a message makes in its intake: its final record, or its move into `messages`
-   * with the change applied (after which every write goes there, fenced as usual).
+   * Final: the record moves to its history partition, and the working set forgets the message
+   * (its intake with the intake's drop, `messages` by a fenced removal).
    */
-  private async writeFromIntake(intake: Intake, own: Change, change: Change): Promise<void> {
-    const after = applyChange(this.current, own);
-    if (isArchivable(after)) {
-      const version = this.owner.version + 1;
-      if (!(await archiveFromIntake(this.store, this.owner, { ...after, version }))) {
-        this.lost = true;
-        throw new OwnershipLost();
-      }
-      this.intake = undefined;
-      intake.depart(after._id);
-      this.owner = { ...this.owner, version };
-      this.current = { ...after, version };
-      return;
+  private async archive(after: MessageDoc): Promise<void> {
+    const version = this.owner.version + 1;
+    const final = { ...after, version };
+    const archived = this.intake
+      ? await archiveFromIntake(this.store, this.owner, final)
+      : await archiveAsOwner(this.store, this.owner, final);
+    if (!archived) {
+      this.lost = true;
+      throw new OwnershipLost();
     }
+    this.intake?.depart(after._id);
+    this.intake = undefined;
+    this.owner = { ...this.owner, version };
+    this.current = final;
+  }
+
+  /**
+   * A message's first write other than its final record, while it is in its intake: it moves into
+   * `messages` with the change applied, and every later write goes there, fenced as usual.
+   */
+  private async moveFromIntake(
+    intake: Intake,
+    own: Change,
+    change: Change,
+    after: MessageDoc,
+  ): Promise<void> {
     const moved = await moveFromIntake(this.store, this.owner, after, intake.ownerName, intake.leaseMs);
     if (!moved) {
       this.lost = true;
@@ -132,10 +137,11 @@ export class OwnedMessage {
       heldUntil: this.heldAfter(change),
     };
     // from the document as it is now: a change deferred while the move was in flight stays
-    const { lease_epoch, version, scheduled } = moved;
-    this.current = { ...applyChange(this.current, own), lease_epoch, version };
-    if (scheduled) this.current.scheduled = scheduled;
-    else delete this.current.scheduled;
+    this.current = scheduledAs({
+      ...applyChange(this.current, own),
+      lease_epoch: moved.lease_epoch,
+      version: moved.version,
+    });
   }
 
   /**

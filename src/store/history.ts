@@ -4,12 +4,13 @@
 // touches the messages in flight, however much history is kept, and retention drops whole days.
 // Records of the earlier hourly layout (`history_<YYYYMMDDHH>`) are found where they are.
 import { isFinal } from '../lifecycle/lifecycle.ts';
-import { DURABLE, insertEach } from './connection.ts';
+import { insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
+import { insertAtEpoch } from './leases.ts';
 import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
-import type { MessageDoc, Ownership } from './messages.ts';
+import { type MessageDoc, type Ownership, scheduledAs } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
@@ -106,21 +107,15 @@ export async function restoreRecord(
   leaseMs: number,
 ): Promise<MessageDoc | undefined> {
   const due = new Date(Date.now() + leaseMs);
-  const doc: MessageDoc = {
+  const doc = scheduledAs({
     ...record,
     lease_epoch: record.lease_epoch + 1,
     version: record.version + 1,
     lease_owner: owner,
     due_at: due,
-    scheduled: true,
     replays: (record.replays ?? 0) + 1,
-  };
-  try {
-    await retryTransient(() => store.messages.insertOne(doc, { writeConcern: DURABLE }));
-  } catch (err) {
-    if (isDuplicateKey(err)) return undefined;
-    throw err;
-  }
+  });
+  if (!(await insertAtEpoch(store, doc))) return undefined;
   // meanwhile the working-set copy is the one listed and read
   await takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
   return doc;

@@ -19,8 +19,8 @@ import { Batcher } from './batcher.ts';
 import { DURABLE } from './connection.ts';
 import { findRecord } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
-import { takeLease } from './leases.ts';
-import type { MessageDoc, Ownership } from './messages.ts';
+import { insertAtEpoch, takeLease } from './leases.ts';
+import { type MessageDoc, type Ownership, scheduledAs } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
 
@@ -117,7 +117,7 @@ export async function findInIntakes(store: Store, id: string): Promise<MessageDo
 }
 
 /** Of several copies of one message, the one its latest write made. */
-export function newestCopy<T extends { version: number }>(copies: readonly T[]): T | null {
+function newestCopy<T extends { version: number }>(copies: readonly T[]): T | null {
   return copies.reduce<T | null>(
     (newest, copy) => (!newest || copy.version > newest.version ? copy : newest),
     null,
@@ -154,16 +154,8 @@ export async function moveFromIntake(
 ): Promise<MessageDoc | undefined> {
   const epoch = await takeLease(store, owner.id, owner.epoch, ownerName, new Date(Date.now() + leaseMs));
   if (epoch === undefined) return undefined;
-  const moved: MessageDoc = { ...doc, lease_epoch: epoch, version: owner.version + 1 };
-  if (moved.due_at) moved.scheduled = true;
-  else delete moved.scheduled;
-  try {
-    await store.messages.insertOne(moved, { writeConcern: DURABLE });
-  } catch (err) {
-    if (isDuplicateKey(err)) return undefined;
-    throw err;
-  }
-  return moved;
+  const moved = scheduledAs({ ...doc, lease_epoch: epoch, version: owner.version + 1 });
+  return (await insertAtEpoch(store, moved)) ? moved : undefined;
 }
 
 /**
@@ -189,22 +181,15 @@ export async function claimFromIntake(
     await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
     return 'departed';
   }
-  const claimed: MessageDoc = {
+  const claimed = scheduledAs({
     ...doc,
     lease_epoch: epoch,
     lease_owner: ownerName,
     due_at: expiresAt,
-    scheduled: true,
     version: doc.version + 1,
     claims: (doc.claims ?? 0) + 1,
-  };
-  try {
-    await store.messages.insertOne(claimed, { writeConcern: DURABLE });
-  } catch (err) {
-    if (isDuplicateKey(err)) return 'departed';
-    throw err;
-  }
-  return claimed;
+  });
+  return (await insertAtEpoch(store, claimed)) ? claimed : 'departed';
 }
 
 interface Span {

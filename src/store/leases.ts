@@ -1,9 +1,10 @@
 // Ownership of messages in flight: the scheduler's query for messages that need an owner, the
 // claim of one at the next epoch (a unique insert into `leases`), and the expiry of old claims.
+import { DURABLE } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { moveToEpoch } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
-import type { MessageDoc } from './messages.ts';
+import { type MessageDoc, scheduledAs } from './messages.ts';
 import type { Store } from './mongo.ts';
 
 /** Messages that need an owner: lease expired, or a retry due. Oldest first. */
@@ -83,6 +84,26 @@ export async function takeLease(
       // a live claim, or too many orphans to be plausible: leave the message to its owner
       if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
     }
+  }
+}
+
+/**
+ * Puts a message into `messages` at an epoch whose lease this process has won (a move out of an
+ * intake, a takeover from a stale one, a replay's restore). False when the `_id` is taken by
+ * another copy; a retry that finds its own first try stored (same epoch and owner) is done.
+ */
+export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<boolean> {
+  const inserted = scheduledAs(doc);
+  try {
+    await retryTransient(() => store.messages.insertOne(inserted, { writeConcern: DURABLE }));
+    return true;
+  } catch (err) {
+    if (!isDuplicateKey(err)) throw err;
+    const there = await store.messages.findOne(
+      { _id: doc._id },
+      { projection: { lease_epoch: 1, lease_owner: 1 } },
+    );
+    return there?.lease_epoch === doc.lease_epoch && there.lease_owner === doc.lease_owner;
   }
 }
 

@@ -1,8 +1,8 @@
 // The working set's document: one per message in flight (accepted and not yet final), with its
-// lifecycle history, its delivery attempts and its deliveries (one per matched route). Types only:
-// working-set.ts writes it, leases.ts claims it, a final message moves to its history partition
-// (history.ts); the raw bytes are in raw.ts.
-import type { ObjectId } from 'mongodb';
+// lifecycle history, its delivery attempts and its deliveries (one per matched route). Types, and
+// the one rule that ties `scheduled` to `due_at`: working-set.ts writes it, leases.ts claims it, a
+// final message moves to its history partition (history.ts); the raw bytes are in raw.ts.
+import type { ObjectId, UpdateFilter } from 'mongodb';
 import type {
   HistoryEntry as MadeHistoryEntry,
   MessageState as MadeMessageState,
@@ -114,4 +114,18 @@ export interface Ownership {
    * `due_at` the owner last wrote) had more than half its time left. See admit in fencing.ts.
    */
   heldUntil?: number;
+}
+
+/** `scheduled` follows `due_at`: set with it, removed with it (one place for the rule). */
+export function scheduling(update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> {
+  if (update.$unset && 'due_at' in update.$unset)
+    return { ...update, $unset: { ...update.$unset, scheduled: '' } };
+  if (update.$set && 'due_at' in update.$set) return { ...update, $set: { ...update.$set, scheduled: true } };
+  return update;
+}
+
+/** The same rule for a whole document (one inserted into `messages`). */
+export function scheduledAs(doc: MessageDoc): MessageDoc {
+  const { scheduled: _, ...rest } = doc;
+  return rest.due_at ? { ...rest, scheduled: true } : rest;
 }

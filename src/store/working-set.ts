@@ -7,7 +7,7 @@ import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import { type Intake, listIntakes } from './intake.ts';
-import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
+import { type AcceptedMessage, type MessageDoc, type Ownership, scheduling } from './messages.ts';
 import type { Store } from './mongo.ts';
 
 /**
@@ -64,14 +64,6 @@ export async function writeAsOwner(
     store.writes.ownerWrites.submit({ owner: tried, update: scheduling(update) }),
   );
   return applied ? owner.version + 1 : undefined;
-}
-
-/** `scheduled` follows `due_at`: set with it, removed with it (one place for the rule). */
-function scheduling(update: UpdateFilter<MessageDoc>): UpdateFilter<MessageDoc> {
-  if (update.$unset && 'due_at' in update.$unset)
-    return { ...update, $unset: { ...update.$unset, scheduled: '' } };
-  if (update.$set && 'due_at' in update.$set) return { ...update, $set: { ...update.$set, scheduled: true } };
-  return update;
 }
 
 /**
