@@ -157,3 +157,51 @@ test('a message with a DKIM-Signature field is checked whole: its signature hash
   t.deepEqual(results.dkim, [{ result: 'pass', domain: 'pass.test', selector: SELECTOR }]);
   t.is(header, await mailauthOnWhole(moved, 'a@pass.test'));
 });
+
+test('an unsigned message from the same client and sender as one before it reuses its results', async (t) => {
+  const first = await authenticateMessage(Buffer.from(plainMessage('a@soft.test')), request('a@soft.test'));
+  const queries = dns.queries.length;
+  const again = await authenticateMessage(
+    Buffer.from(plainMessage('a@soft.test', 'another body\r\n')),
+    request('a@soft.test'),
+  );
+  t.is(again, first, 'the same results, not checked again');
+  t.is(dns.queries.length, queries);
+});
+
+test('results are kept per From field: the same envelope with another From is checked for it', async (t) => {
+  // SPF passes for the envelope's pass.test; DMARC is about the From field's domain
+  const aligned = await authenticateMessage(Buffer.from(plainMessage('a@pass.test')), request('a@pass.test'));
+  const foreign = await authenticateMessage(Buffer.from(plainMessage('a@fail.test')), request('a@pass.test'));
+  const folded = await authenticateMessage(
+    Buffer.from(plainMessage('a@fail.test').replace(/^From: /m, 'From\r\n : ')),
+    request('a@pass.test'),
+  );
+  t.deepEqual(aligned.results.dmarc, { result: 'pass', policy: 'reject', domain: 'pass.test' });
+  t.deepEqual(foreign.results.dmarc, { result: 'fail', policy: 'reject', domain: 'fail.test' });
+  t.is(folded.results.dmarc.domain, 'fail.test', 'a From folded before its colon is a From');
+  const signed = await authenticateMessage(
+    Buffer.from(await domains.sign(plainMessage('a@pass.test'), 'pass.test')),
+    request('a@pass.test'),
+  );
+  t.deepEqual(signed.results.dkim, [{ result: 'pass', domain: 'pass.test', selector: SELECTOR }]);
+});
+
+test('a result made while the DNS server did not answer is not kept: the next message is checked again', async (t) => {
+  const silent: string[] = ['flaky.test'];
+  const flaky = await startDnsServer(
+    {
+      'flaky.test': { TXT: ['v=spf1 ip4:127.0.0.1 -all'] },
+      '_dmarc.flaky.test': { TXT: ['v=DMARC1; p=none'] },
+    },
+    { silent },
+  );
+  t.teardown(() => flaky.close());
+  const asked = request('a@flaky.test', { dnsServers: [flaky.address], budgetMs: 1500 });
+  const during = await authenticateMessage(Buffer.from(plainMessage('a@flaky.test')), asked);
+  t.is(during.results.spf.result, 'temperror');
+  silent.length = 0;
+  const after = await authenticateMessage(Buffer.from(plainMessage('a@flaky.test')), asked);
+  t.deepEqual(after.results.spf, { result: 'pass', domain: 'flaky.test' });
+  t.is(after.results.dmarc.result, 'pass');
+});
