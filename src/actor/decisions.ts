@@ -42,7 +42,8 @@ function storable(text: string): string {
 
 /** The auth results as the record can keep them (a sender's domain text may hold NUL). */
 function storableAuth(auth: StoredAuth): StoredAuth {
-  return JSON.parse(JSON.stringify(auth).replaceAll('\\u0000', '\\ufffd')) as StoredAuth;
+  const text = JSON.stringify(auth);
+  return text.includes('\\u0000') ? (JSON.parse(text.replaceAll('\\u0000', '\\ufffd')) as StoredAuth) : auth;
 }
 
 /** Where the raw bytes are, as the actor found them at the start of a run (only a queued message's are looked for). */

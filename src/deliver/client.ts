@@ -149,18 +149,39 @@ function misconfigured(error: string): AttemptOutcome {
  * body we do not care about. Resolves true if the body ended on its own (connection reusable);
  * rejects if the body fails before the limit.
  */
-async function discard(body: Readable, limit: number): Promise<boolean> {
-  // Destroying an unfinished undici body emits RequestAbortedError; that is our own doing.
-  body.on('error', () => {});
+function discard(body: Readable, limit: number): Promise<boolean> {
   if (limit === 0) {
+    // Destroying an unfinished undici body emits RequestAbortedError; that is our own doing.
+    body.on('error', () => {});
     body.destroy();
-    return false;
+    return Promise.resolve(false);
   }
-  let seen = 0;
-  for await (const chunk of body as AsyncIterable<Uint8Array>) {
-    seen += chunk.byteLength;
-    // Leaving the loop early destroys the stream via the iterator's return().
-    if (seen >= limit) return false;
-  }
-  return true;
+  // events, not an async iterator: a receiver's "ok" is one chunk, and the iterator's machinery
+  // cost more than the rest of reading it
+  return new Promise((resolve, reject) => {
+    let seen = 0;
+    let settled = false;
+    body.on('data', (chunk: Uint8Array) => {
+      seen += chunk.byteLength;
+      if (seen >= limit && !settled) {
+        settled = true;
+        body.destroy();
+        resolve(false);
+      }
+    });
+    body.once('end', () => {
+      settled = true;
+      resolve(true);
+    });
+    body.on('error', (err) => {
+      if (settled) return;
+      settled = true;
+      reject(err);
+    });
+    body.once('close', () => {
+      if (settled) return;
+      settled = true;
+      reject(new Error('the response body closed before its end'));
+    });
+  });
 }

@@ -85,6 +85,8 @@ export class ParsePool implements Parser {
       concurrentTasksPerWorker: tasksPerThread,
       ...(options.onDemand ? { idleTimeout: ON_DEMAND_IDLE_MS } : {}),
       maxQueue,
+      // piscina's run- and wait-time histograms: nothing reads them (parse durations are ours)
+      recordTiming: false,
       resourceLimits: {
         maxOldGenerationSizeMb: Math.ceil((maxMessageBytes * HEAP.perMessageByte) / MIB) + HEAP.baseMb,
       },

@@ -1,5 +1,6 @@
 // How the store tells a database that cannot be reached (or is busy for a moment) from a request
 // it refuses, and the one policy for trying a write again in the first case.
+import { setTimeout as sleep } from 'node:timers/promises';
 import pRetry from 'p-retry';
 
 const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
@@ -33,6 +34,7 @@ export function isTransient(err: unknown): boolean {
 
 /** Tries after the first when every one fails transiently. */
 const TRANSIENT_RETRIES = 3;
+const FIRST_RETRY_MS = 50;
 
 /**
  * Runs a store operation, trying it again when the database is briefly unreachable or busy: a few
@@ -40,10 +42,22 @@ const TRANSIENT_RETRIES = 3;
  * 451, a later retry of the message). `retries` lowers the count where someone waits for the
  * answer (an SMTP sender). Any other failure is the caller's at once.
  */
-export function retryTransient<T>(operation: () => Promise<T>, retries = TRANSIENT_RETRIES): Promise<T> {
+export async function retryTransient<T>(
+  operation: () => Promise<T>,
+  retries = TRANSIENT_RETRIES,
+): Promise<T> {
+  // the first try on its own: it almost always succeeds, and p-retry's bookkeeping (a closure,
+  // an attempt object, its signal checks) was a measurable part of every hot-path write
+  try {
+    return await operation();
+  } catch (error) {
+    if (retries <= 0 || !isTransient(error)) throw error;
+  }
+  // then as p-retry would have gone on: 50 ms, doubling, at most 500 ms
+  await sleep(FIRST_RETRY_MS);
   return pRetry(operation, {
-    retries,
-    minTimeout: 50,
+    retries: retries - 1,
+    minTimeout: FIRST_RETRY_MS * 2,
     maxTimeout: 500,
     shouldRetry: ({ error }) => isTransient(error),
   });

@@ -66,12 +66,20 @@ export interface Partition {
   end: number;
 }
 
+/** The last key made per span length, with its span: nearly every message lands in the current one. */
+const lastKeys = new Map<number, { start: number; key: string }>();
+
 /** The key of the day (`YYYYMMDD`) or hour (`YYYYMMDDHH`) that holds a moment, UTC. */
 function keyAt(spanMs: number, ms: number): string {
-  return new Date(ms)
+  const start = ms - (((ms % spanMs) + spanMs) % spanMs);
+  const last = lastKeys.get(spanMs);
+  if (last?.start === start) return last.key;
+  const key = new Date(ms)
     .toISOString()
     .slice(0, spanMs === DAY_MS ? 10 : 13)
     .replace(/[-T]/g, '');
+  lastKeys.set(spanMs, { start, key });
+  return key;
 }
 
 /** The time a message id carries (ids are `m-<13-digit ms><sequence><random>`). */

@@ -25,14 +25,15 @@ export interface Archived {
   raw?: RawDocument;
 }
 
+const SUMMARY_KEYS: ReadonlySet<string> = new Set(SUMMARY_FIELDS);
+
 /** Packs a final message for its partition, leaving out what belongs to the working set only. */
 export function packRecord(doc: MessageDoc): ArchivedRecord {
   // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it
   const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
   const summary: Record<string, unknown> = {};
   const detail: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(record))
-    ((SUMMARY_FIELDS as readonly string[]).includes(key) ? summary : detail)[key] = value;
+  for (const [key, value] of Object.entries(record)) (SUMMARY_KEYS.has(key) ? summary : detail)[key] = value;
   return { ...(summary as unknown as MessageSummary), detail: new Binary(BSON.serialize(detail)) };
 }
 
