@@ -32,7 +32,8 @@ export function releaseChange(deliveries: readonly DeliveryDoc[]): Change {
 function without<T extends object>(fields: T, removed: readonly string[] | undefined): T {
   if (!removed || removed.length === 0) return fields;
   const kept: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(fields)) if (!removed.includes(key)) kept[key] = value;
+  // for-in, not Object.entries: no [key, value] pair allocated per field of every document written
+  for (const key in fields) if (Object.hasOwn(fields, key) && !removed.includes(key)) kept[key] = fields[key];
   return kept as T;
 }
 

@@ -23,6 +23,8 @@ interface Snapshot {
   domains: ReadonlySet<string>;
   routesById: ReadonlyMap<string, DirectoryRoute>;
   table: RouteTable<DirectoryRoute>;
+  /** some route refuses DMARC failures (`dmarc_reject`) */
+  dmarcReject: boolean;
 }
 
 export interface DirectoryOptions {
@@ -86,6 +88,14 @@ export class RouteDirectory {
     return found;
   }
 
+  /**
+   * False when no route refuses DMARC failures: the SMTP path then need not look up each
+   * recipient's route again to know that no check is due before the 250.
+   */
+  async anyRefusesDmarcFailures(): Promise<boolean> {
+    return (await this.current()).dmarcReject;
+  }
+
   /** The route as it is now (it may have been deleted since the message was routed). */
   async route(id: string): Promise<DirectoryRoute | undefined> {
     return (await this.current()).routesById.get(id);
@@ -134,6 +144,7 @@ export class RouteDirectory {
       domains: new Set(domains.map((d) => d.name)),
       routesById: new Map(rules.map((rule) => [rule.id, rule])),
       table: compileRouteTable(rules),
+      dmarcReject: rules.some((rule) => rule.dmarc_reject),
     };
     if (!this.snapshot || this.snapshot.generation <= generation) this.snapshot = snapshot;
     return snapshot;

@@ -161,7 +161,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
    */
   async function dmarcCheck(whole: Buffer, session: SMTPServerSession): Promise<StoredAuth | undefined> {
     const check = deps.auth;
-    if (!check) return undefined;
+    if (!check || !(await directory.anyRefusesDmarcFailures())) return undefined;
     const routes = await Promise.all(
       session.envelope.rcptTo.map((r) => directory.match(r.address.toLowerCase())),
     );

@@ -33,7 +33,9 @@ export function packRecord(doc: MessageDoc): ArchivedRecord {
   const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
   const summary: Record<string, unknown> = {};
   const detail: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(record)) (SUMMARY_KEYS.has(key) ? summary : detail)[key] = value;
+  for (const key in record)
+    if (Object.hasOwn(record, key))
+      (SUMMARY_KEYS.has(key) ? summary : detail)[key] = record[key as keyof typeof record];
   return { ...(summary as unknown as MessageSummary), detail: new Binary(BSON.serialize(detail)) };
 }
 
