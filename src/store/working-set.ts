@@ -36,7 +36,7 @@ export async function insertAcceptedMessage(
         // ours (an earlier try that was applied) or another process's message with the same id
         if (
           isDuplicateKey(err) &&
-          (await store.db
+          (await store.intakeDb
             .collection<MessageDoc>(name)
             .countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
         )

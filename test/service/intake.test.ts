@@ -3,12 +3,22 @@
 // message has left it; a message that needs a write other than its final record moves into
 // `messages`; the messages of an intake whose owner is gone are taken over by another process.
 import test from 'ava';
+import { accept } from '../../src/lifecycle/lifecycle.ts';
 import { insertRecords } from '../../src/store/history.ts';
-import { findInIntakes, INTAKE_REGISTRY, type IntakeEntry, listIntakes } from '../../src/store/intake.ts';
-import type { MessageDoc } from '../../src/store/messages.ts';
+import { newId } from '../../src/store/ids.ts';
+import {
+  findInIntakes,
+  INTAKE_REGISTRY,
+  Intake,
+  type IntakeEntry,
+  listIntakes,
+} from '../../src/store/intake.ts';
+import type { AcceptedMessage, MessageDoc } from '../../src/store/messages.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
+import { insertAcceptedMessage } from '../../src/store/working-set.ts';
+import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
@@ -110,4 +120,22 @@ test('the messages of an intake whose owner is gone are taken over, delivered on
   t.is(receiver.requests.length, 1, 'the message whose record was stored is not delivered again');
   t.is((await getMessage(store, done!._id))?.state, 'delivered');
   t.is((await getMessage(store, pending!._id))?.claims, 1);
+});
+
+test("an accepted message's insert sent again finds its own first try (accepted, not 451); another owner's copy is refused", async (t) => {
+  const { store } = await openTestDatabase('intake-again');
+  t.teardown(() => store.close());
+  const owner = 'intake-test:1';
+  const intake = new Intake(store, owner, 60_000);
+  const receivedAt = new Date();
+  const doc = {
+    ...workingSetDoc(newId('m'), 'x@intake.example', { received_at: receivedAt, lease_owner: owner }),
+    ...accept(receivedAt, 'from a test'),
+  } as AcceptedMessage;
+
+  await insertAcceptedMessage(store, doc, intake);
+  // a retry after a dropped connection whose first insert went in: the same id, the same owner
+  await t.notThrowsAsync(insertAcceptedMessage(store, doc, intake));
+  await t.throwsAsync(insertAcceptedMessage(store, { ...doc, lease_owner: 'another:1' }, intake));
+  t.like(await findInIntakes(store, doc._id), { _id: doc._id, lease_owner: owner, version: 1 });
 });
