@@ -10,7 +10,7 @@ import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
 import { insertAtEpoch } from './leases.ts';
 import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
-import { type MessageDoc, type Ownership, scheduledAs } from './messages.ts';
+import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
@@ -107,7 +107,7 @@ export async function restoreRecord(
   leaseMs: number,
 ): Promise<MessageDoc | undefined> {
   const due = new Date(Date.now() + leaseMs);
-  const doc = scheduledAs({
+  const doc = await insertAtEpoch(store, {
     ...record,
     lease_epoch: record.lease_epoch + 1,
     version: record.version + 1,
@@ -115,7 +115,7 @@ export async function restoreRecord(
     due_at: due,
     replays: (record.replays ?? 0) + 1,
   });
-  if (!(await insertAtEpoch(store, doc))) return undefined;
+  if (!doc) return undefined;
   // meanwhile the working-set copy is the one listed and read
   await takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
   return doc;

@@ -20,7 +20,7 @@ import { DURABLE } from './connection.ts';
 import { findRecord } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
 import { insertAtEpoch, takeLease } from './leases.ts';
-import { type MessageDoc, type Ownership, scheduledAs } from './messages.ts';
+import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
 
@@ -63,10 +63,10 @@ export function listIntakes(store: Store): Promise<IntakeEntry[]> {
 }
 
 /**
- * A read of an intake: one dropped meanwhile holds nothing (FerretDB over PostgreSQL can fail a
- * query on a table dropped under it, rather than find nothing).
+ * A read or removal in an intake: one dropped meanwhile holds nothing (FerretDB over PostgreSQL
+ * can fail a query on a table dropped under it, rather than find nothing).
  */
-async function fromIntake<T>(store: Store, name: string, read: () => Promise<T>, none: T): Promise<T> {
+export async function fromIntake<T>(store: Store, name: string, read: () => Promise<T>, none: T): Promise<T> {
   try {
     return await read();
   } catch (err) {
@@ -154,8 +154,7 @@ export async function moveFromIntake(
 ): Promise<MessageDoc | undefined> {
   const epoch = await takeLease(store, owner.id, owner.epoch, ownerName, new Date(Date.now() + leaseMs));
   if (epoch === undefined) return undefined;
-  const moved = scheduledAs({ ...doc, lease_epoch: epoch, version: owner.version + 1 });
-  return (await insertAtEpoch(store, moved)) ? moved : undefined;
+  return insertAtEpoch(store, { ...doc, lease_epoch: epoch, version: owner.version + 1 });
 }
 
 /**
@@ -181,7 +180,7 @@ export async function claimFromIntake(
     await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
     return 'departed';
   }
-  const claimed = scheduledAs({
+  const claimed = await insertAtEpoch(store, {
     ...doc,
     lease_epoch: epoch,
     lease_owner: ownerName,
@@ -189,7 +188,7 @@ export async function claimFromIntake(
     version: doc.version + 1,
     claims: (doc.claims ?? 0) + 1,
   });
-  return (await insertAtEpoch(store, claimed)) ? claimed : 'departed';
+  return claimed ?? 'departed';
 }
 
 interface Span {

@@ -89,21 +89,24 @@ export async function takeLease(
 
 /**
  * Puts a message into `messages` at an epoch whose lease this process has won (a move out of an
- * intake, a takeover from a stale one, a replay's restore). False when the `_id` is taken by
- * another copy; a retry that finds its own first try stored (same epoch and owner) is done.
+ * intake, a takeover from a stale one, a replay's restore), `scheduled` set by its `due_at`: the
+ * document as stored. Undefined when the `_id` is taken by another copy; a retry that finds its
+ * own first try stored (same epoch and owner) is done.
  */
-export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<boolean> {
+export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<MessageDoc | undefined> {
   const inserted = scheduledAs(doc);
   try {
     await retryTransient(() => store.messages.insertOne(inserted, { writeConcern: DURABLE }));
-    return true;
+    return inserted;
   } catch (err) {
     if (!isDuplicateKey(err)) throw err;
     const there = await store.messages.findOne(
       { _id: doc._id },
       { projection: { lease_epoch: 1, lease_owner: 1 } },
     );
-    return there?.lease_epoch === doc.lease_epoch && there.lease_owner === doc.lease_owner;
+    return there?.lease_epoch === doc.lease_epoch && there.lease_owner === doc.lease_owner
+      ? inserted
+      : undefined;
   }
 }
 

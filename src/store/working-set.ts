@@ -6,7 +6,7 @@ import type { UpdateFilter } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
-import { type Intake, listIntakes } from './intake.ts';
+import { fromIntake, type Intake, listIntakes } from './intake.ts';
 import { type AcceptedMessage, type MessageDoc, type Ownership, scheduling } from './messages.ts';
 import type { Store } from './mongo.ts';
 
@@ -69,21 +69,22 @@ export async function writeAsOwner(
 /**
  * Removes the records of messages whose senders were told 451, where their inserts landed after
  * all (a database that stalls can apply a write after the driver gave up on it). Only untouched
- * records go: one an owner has written to since is left to its lease. One command for all.
+ * records go: one an owner has written to since is left to its lease. One command per collection.
  */
 export async function removeAbandonedRecords(store: Store, ids: string[]): Promise<number> {
   if (ids.length === 0) return 0;
   const filter = { state: 'queued' as const, version: 1, lease_epoch: 1, _id: { $in: ids } };
   const intakes = await listIntakes(store);
   const deleted = await Promise.all([
-    store.messages.deleteMany(filter),
-    // an intake dropped meanwhile has nothing left to remove
+    store.messages.deleteMany(filter).then((result) => result.deletedCount),
     ...intakes.map((entry) =>
-      store.intakeDb
-        .collection<MessageDoc>(entry._id)
-        .deleteMany(filter)
-        .catch(() => ({ deletedCount: 0 })),
+      fromIntake(
+        store,
+        entry._id,
+        async () => (await store.intakeDb.collection<MessageDoc>(entry._id).deleteMany(filter)).deletedCount,
+        0,
+      ),
     ),
   ]);
-  return deleted.reduce((sum, result) => sum + result.deletedCount, 0);
+  return deleted.reduce((sum, count) => sum + count, 0);
 }
