@@ -2,6 +2,7 @@
 // API client: what the end-to-end tests start from.
 import type { ExecutionContext } from 'ava';
 import { type ServiceProcess, startService } from '../../scripts/service-process.ts';
+import { openStore, type Store } from '../../src/store/mongo.ts';
 import { databaseUri, freshDbName } from './db.ts';
 import { ApiClient } from './http.ts';
 import { WebhookReceiver } from './receiver.ts';
@@ -115,4 +116,22 @@ export async function routeTo(
     webhook_url: pipe.receiver.url(path),
   });
   if (route.status !== 201) throw new Error(`route ${pattern}: ${route.text}`);
+}
+
+/**
+ * A pipeline with one route for `domain` to `/in`, whose receiver holds each delivery `holdMs`
+ * (long enough to look at a message while it is in flight), and a store on its database.
+ */
+export async function startHoldingPipeline(
+  t: ExecutionContext,
+  label: string,
+  domain: string,
+  holdMs = 1500,
+): Promise<Pipeline & { store: Store }> {
+  const pipe = await startPipeline(t, { label });
+  await routeTo(pipe, domain, '/in');
+  pipe.receiver.on('/in', { status: 204, delayMs: holdMs });
+  const store = await openStore({ uri: pipe.uri, ensureIndexes: false });
+  t.teardown(() => store.close());
+  return { ...pipe, store };
 }

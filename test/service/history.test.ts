@@ -22,7 +22,7 @@ import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import { type ArchivedRecord, packRecord } from '../../src/store/records.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
-import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
 
@@ -137,12 +137,7 @@ test('a final message leaves the working set for its day, and is still read by i
 });
 
 test("a small message's bytes ride in its working-set document and go to its raw partition with its final record", async (t) => {
-  const { service, api, receiver, uri } = await startPipeline(t, { label: 'inline-raw' });
-  await routeTo({ api, receiver }, 'inline.example', '/in');
-  // held long enough to look at the message while it is in flight
-  receiver.on('/in', { status: 204, delayMs: 1500 });
-  const store = await openStore({ uri, ensureIndexes: false });
-  t.teardown(() => store.close());
+  const { service, api, receiver, store } = await startHoldingPipeline(t, 'inline-raw', 'inline.example');
 
   const small = 'From: a@sender.example\r\nSubject: small\r\n\r\nsmall body\r\n';
   // random base64 compresses to about three quarters: past INLINE_RAW_MAX_BYTES (16 KB)

@@ -20,7 +20,7 @@ import { getMessage } from '../../src/store/reads.ts';
 import { insertAcceptedMessage } from '../../src/store/working-set.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
-import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
 
@@ -31,12 +31,7 @@ async function collectionExists(store: Store, name: string): Promise<boolean> {
 }
 
 test('an accepted message waits in its intake, which is dropped whole once its messages are final', async (t) => {
-  const { service, api, receiver, uri } = await startPipeline(t, { label: 'intake' });
-  await routeTo({ api, receiver }, 'intake.example', '/in');
-  // held long enough to look at the message while it is in flight
-  receiver.on('/in', { status: 204, delayMs: 1500 });
-  const store = await openStore({ uri, ensureIndexes: false });
-  t.teardown(() => store.close());
+  const { service, api, receiver, store } = await startHoldingPipeline(t, 'intake', 'intake.example');
 
   const id = acceptedId(
     await sendRaw(service.smtpPort, { from: 'a@sender.example', to: ['x@intake.example'] }, body('wait')),
