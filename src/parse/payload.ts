@@ -75,7 +75,7 @@ export type ParseOutput =
  * JSON string). An attachment's base64 is written straight into the body in slices, so a 15 MB
  * attachment never exists as a 20 MB string, nor as a second copy of the JSON text.
  */
-type BodyPart = Uint8Array | { base64Of: Buffer };
+type BodyPart = Uint8Array | string | { base64Of: Buffer };
 
 // Skip every conversion the payload does not carry: HTML→text is slow on large HTML, and the
 // text→HTML, link and cid: rewriting would change the bodies the sender wrote.
@@ -158,28 +158,25 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   // Key order is part of the contract: message_id, from, to, subject, text_body, html_body, headers,
   // attachments, envelope, auth?, authentication_results?, plus_tag?, received_at. `to`,
   // `envelope.rcpt_to` and `plus_tag` are the only per-delivery fields, so everything between them
-  // is encoded once and copied, never re-serialised. A delivery names only its own route's
+  // is serialised once and written into each body as it is. A delivery names only its own route's
   // recipients in both `to` and `rcpt_to`: the other recipients (Bcc, other routes, other domains)
   // are none of its receiver's business.
   const textLength = textBody.length + htmlBody.length;
-  const head = encoder.encode(`{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`);
+  const head = `{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`;
   const shared: BodyPart[] = [
-    encoder.encode(
-      `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
-        `,"headers":${json(headers)},"attachments":[`,
-    ),
+    // strings, written straight into each body (assemble): the text is not encoded twice over
+    `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
+      `,"headers":${json(headers)},"attachments":[`,
     ...attachmentsParts(mail.attachments, input.attachments, textLength),
-    encoder.encode(`],"envelope":{"mail_from":${json(input.envelope.mail_from)},"rcpt_to":`),
+    `],"envelope":{"mail_from":${json(input.envelope.mail_from)},"rcpt_to":`,
   ];
-  const authJson = auth
-    ? encoder.encode(`,"auth":${json(auth.results)},"authentication_results":${json(auth.header)}`)
-    : EMPTY;
-  const tail = encoder.encode(`,"received_at":${json(input.receivedAt)}}`);
+  const authJson = auth ? `,"auth":${json(auth.results)},"authentication_results":${json(auth.header)}` : '';
+  const tail = `,"received_at":${json(input.receivedAt)}}`;
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
   const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret }): DeliveryBody => {
-    const toJson = encoder.encode(json([...to]));
-    const plusTagJson = plusTag === undefined ? EMPTY : encoder.encode(`,"plus_tag":${json(plusTag)}`);
+    const toJson = json([...to]);
+    const plusTagJson = plusTag === undefined ? '' : `,"plus_tag":${json(plusTag)}`;
     const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, authJson, plusTagJson, tail]);
     const headers = deliveryHeaders({
       deliveryId,
@@ -425,6 +422,7 @@ const CLOSE_STRING_AND_OBJECT = encoder.encode('"}');
 const BASE64_SLICE_BYTES = 3 * 64 * 1024;
 
 function partLength(part: BodyPart): number {
+  if (typeof part === 'string') return Buffer.byteLength(part, 'utf8');
   return part instanceof Uint8Array ? part.byteLength : base64Length(part.base64Of.length);
 }
 
@@ -436,6 +434,10 @@ function assemble(parts: readonly BodyPart[]): Uint8Array {
   const out = Buffer.from(new ArrayBuffer(length));
   let offset = 0;
   for (const part of parts) {
+    if (typeof part === 'string') {
+      offset += out.write(part, offset, 'utf8');
+      continue;
+    }
     if (part instanceof Uint8Array) {
       out.set(part, offset);
       offset += part.byteLength;
