@@ -7,6 +7,7 @@ import type { MessageDoc } from '../../src/store/messages.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
 import { getMessage } from '../../src/store/reads.ts';
+import { type ArchivedRecord, unpackRecord } from '../../src/store/records.ts';
 import type { WebhookReceiver } from './receiver.ts';
 import { sendRaw } from './smtp.ts';
 
@@ -126,14 +127,19 @@ async function statesOf(store: Store, ids: string[]): Promise<Array<{ _id: strin
     Promise.all(
       [...byPartition].map(([name, some]) =>
         store.db
-          .collection<MessageDoc>(name)
-          .find({ _id: { $in: some } }, options)
+          .collection<ArchivedRecord>(name)
+          .find({ _id: { $in: some } }, { projection: { state: 1, detail: 1 }, maxTimeMS: 5000 })
           .toArray(),
       ),
     ),
   ]);
+  // a final record keeps its version in its packed detail (records.ts), not as a field: read as a
+  // field it was missing, and a copy left in a dead process's intake (version 1) counted as newer
+  const records = archived
+    .flat()
+    .map((record) => ({ _id: record._id, state: record.state, version: unpackRecord(record).version }));
   const newest = new Map<string, Pick<MessageDoc, '_id' | 'state' | 'version'>>();
-  for (const doc of [...live, ...intakes.filter((doc) => wanted.has(doc._id)), ...archived.flat()]) {
+  for (const doc of [...live, ...intakes.filter((doc) => wanted.has(doc._id)), ...records]) {
     const known = newest.get(doc._id);
     if (!known || doc.version > known.version) newest.set(doc._id, doc);
   }
