@@ -157,6 +157,15 @@ export async function moveFromIntake(
   return insertAtEpoch(store, { ...doc, lease_epoch: epoch, version: owner.version + 1 });
 }
 
+/** Its owner stores the final record before a message departs its intake, and moves it before writing. */
+async function hasDeparted(store: Store, id: string): Promise<boolean> {
+  const [record, moved] = await Promise.all([
+    findRecord(store, id),
+    store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
+  ]);
+  return record !== null || moved !== null;
+}
+
 /**
  * Takes over a message of a stale intake, as the scheduler takes over an expired lease: its lease
  * at the next epoch, then the message into `messages`. 'departed' when it has left the intake
@@ -168,15 +177,15 @@ export async function claimFromIntake(
   ownerName: string,
   leaseMs: number,
 ): Promise<MessageDoc | 'departed' | undefined> {
+  // A message that has departed needs no lease. Asked first: after a few takeovers its next epochs
+  // are all taken by expired leases (kept an hour), takeLease gives up, and an intake whose every
+  // message is final would never be dropped.
+  if (await hasDeparted(store, doc._id)) return 'departed';
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, doc._id, doc.lease_epoch, ownerName, expiresAt);
   if (epoch === undefined) return undefined;
-  // its owner stores the final record before the message departs, and moves it before writing
-  const [record, moved] = await Promise.all([
-    findRecord(store, doc._id),
-    store.messages.findOne({ _id: doc._id }, { projection: { _id: 1 } }),
-  ]);
-  if (record || moved) {
+  // asked again under the lease: the owner may have stored the record or moved it meanwhile
+  if (await hasDeparted(store, doc._id)) {
     await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
     return 'departed';
   }

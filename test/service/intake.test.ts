@@ -87,7 +87,8 @@ test('the messages of an intake whose owner is gone are taken over, delivered on
   t.teardown(() => store.close());
 
   // a process (number 999999) that accepted two messages a minute ago and died: its intake, as it
-  // left it; one of the two had its final record stored before the process died
+  // left it; one of the two was taken over four times (each claimant died, leaving its lease to
+  // expire) before the last one stored its final record
   const start = Date.now() - 60_000;
   const name = `intake_999999_${start}`;
   const [pending, done] = [0, 1].map((n) =>
@@ -102,7 +103,15 @@ test('the messages of an intake whose owner is gone are taken over, delivered on
     { id: done!._id, bytes: Buffer.from(body('done')) },
   ]);
   await store.intakeDb.collection<MessageDoc>(name).insertMany([pending!, done!]);
-  await insertRecords(store, [{ ...done!, state: 'delivered', version: 2 }]);
+  await insertRecords(store, [{ ...done!, state: 'delivered', version: 6 }]);
+  // every epoch a claim of it from the intake would try (takeLease gives up after three taken ones)
+  await store.leases.insertMany(
+    [2, 3, 4, 5].map((epoch) => ({
+      _id: `${done!._id}:${epoch}`,
+      owner: `gone:${epoch}:dead`,
+      expires_at: new Date(start + epoch * 1000),
+    })),
+  );
   const entry: IntakeEntry = { _id: name, number: '999999', owner: 'gone:1:dead', start, end: start + 1000 };
   await store.db.collection<IntakeEntry>(INTAKE_REGISTRY).insertOne(entry);
 
