@@ -74,7 +74,7 @@ export class WebhookClient {
   }
 
   /** One POST attempt. Resolves with the classified outcome; never rejects. */
-  post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
+  async post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
     const started = performance.now();
     const done = (outcome: AttemptOutcome): AttemptResult => {
       const durationMs = performance.now() - started;
@@ -86,17 +86,17 @@ export class WebhookClient {
     try {
       target = new URL(url);
     } catch {
-      return Promise.resolve(done(misconfigured('invalid url')));
+      return done(misconfigured('invalid url'));
     }
     if (!SUPPORTED_PROTOCOLS.includes(target.protocol)) {
-      return Promise.resolve(done(misconfigured('unsupported protocol')));
+      return done(misconfigured('unsupported protocol'));
     }
     if (this.#closing !== undefined) {
-      return Promise.resolve(done({ ok: false, reason: 'connection', error: 'client closed' }));
+      return done({ ok: false, reason: 'connection', error: 'client closed' });
     }
     // an IP literal is connected to without a lookup, so it is checked here
     if (this.#denyPrivate && isDeniedAddress(target.hostname.replace(/^\[|\]$/g, ''))) {
-      return Promise.resolve(done(misconfigured(DENIED_MESSAGE)));
+      return done(misconfigured(DENIED_MESSAGE));
     }
 
     return new Promise((resolve) => {
