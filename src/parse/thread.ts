@@ -1,9 +1,19 @@
 // The parse thread's entry point, which piscina loads in each thread of the pool (pool.ts): parse one
 // message and hand the JSON bodies back by transferring their ArrayBuffers, so a large payload
 // crosses threads without a copy. It lives beside its pool: nothing else starts it.
-import { move, transferableSymbol, valueSymbol } from 'piscina';
+import { move, transferableSymbol, valueSymbol, workerData } from 'piscina';
+import { lowerOwnPriority } from '../util/thread-priority.ts';
 import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
 import { authenticateOnly, extractAttachment, parseMessage } from './payload.ts';
+
+/** What the pool starts each thread with (piscina's workerData). */
+export interface ParseThreadData {
+  /** how much nicer than the event loop this thread runs (pool.ts: PARSE_THREAD_NICENESS) */
+  niceness: number;
+}
+
+const { niceness } = workerData as ParseThreadData;
+lowerOwnPriority(niceness);
 
 // the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes
 export const authenticate = authenticateOnly;

@@ -2,11 +2,12 @@
 // worker that runs out of heap, transfer of the raw bytes, and close(). ParseLanes: small messages
 // are not queued behind large ones, and a standby's deferred small lane starts no thread early.
 
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import test from 'ava';
 import type { ParseInput } from '../../src/parse/payload.ts';
 import type { PoolParseOutput } from '../../src/parse/pool.ts';
-import { ParseLanes, ParsePool } from '../../src/parse/pool.ts';
+import { PARSE_THREAD_NICENESS, ParseLanes, ParsePool } from '../../src/parse/pool.ts';
+import { niceOf } from '../../src/util/thread-priority.ts';
 
 const PLAIN = readFileSync(new URL('../fixtures/eml/plain.eml', import.meta.url));
 
@@ -43,6 +44,27 @@ test('a one-thread pool parses a fixture', async (t) => {
   t.true(output.bodies[0]!.body instanceof Uint8Array);
   t.is(subjectOf(output), 'Printer on floor 3 is jammed');
 });
+
+// serial: run before the concurrent tests, so the threads that appear are this pool's
+(process.platform === 'linux' ? test.serial : test.skip)(
+  'its threads run PARSE_THREAD_NICENESS nicer than the event loop (Linux)',
+  async (t) => {
+    const workerThreads = () =>
+      readdirSync('/proc/self/task').filter(
+        (tid) => readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim() === 'WorkerThread',
+      );
+    const before = new Set(workerThreads());
+    const pool = new ParsePool({ threads: 1 });
+    t.teardown(() => pool.close());
+    t.true((await pool.parse(plainInput())).ok);
+    const started = workerThreads().filter((tid) => !before.has(tid));
+    t.true(started.length >= 1, 'no parse thread found');
+    const own = niceOf(process.pid, process.pid)!;
+    for (const tid of started)
+      t.is(niceOf(process.pid, Number(tid)), Math.min(19, own + PARSE_THREAD_NICENESS), `thread ${tid}`);
+    t.is(niceOf(process.pid, process.pid), own, 'the event loop keeps its priority');
+  },
+);
 
 test('unparseable input comes back as a result from the thread', async (t) => {
   const pool = new ParsePool({ threads: 1 });
