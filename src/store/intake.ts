@@ -23,6 +23,7 @@ import { insertAtEpoch, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
+import { type IntakeRecord, projectsPacked, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
 
@@ -41,7 +42,8 @@ interface DepartureMarker {
   departed: string[];
 }
 
-type IntakeDocument = MessageDoc | DepartureMarker;
+/** An accepted message (packed; one of the version before, as it was) or a departure note. */
+type IntakeDocument = IntakeRecord | MessageDoc | DepartureMarker;
 
 const isMarker = (doc: IntakeDocument): doc is DepartureMarker => 'departed' in doc;
 
@@ -75,28 +77,38 @@ export async function fromIntake<T>(store: Store, name: string, read: () => Prom
   }
 }
 
-/** An intake's messages that have not departed it (a missing intake has none). */
+/**
+ * An intake's messages that have not departed it (a missing intake has none). A projection names
+ * fields to include; those packed in an intake document (records.ts) come unpacked.
+ */
 export async function readIntake(
   store: Store,
   name: string,
-  projection?: Record<string, 0 | 1>,
+  projection?: Record<string, 1>,
 ): Promise<MessageDoc[]> {
+  const fields = projection && {
+    ...projection,
+    departed: 1,
+    ...(projectsPacked(projection) ? { detail: 1 } : {}),
+  };
   const docs = await fromIntake(
     store,
     name,
     () =>
       store.intakeDb
         .collection<IntakeDocument>(name)
-        .find({}, projection ? { projection: { ...projection, departed: 1 } } : {})
+        .find({}, fields ? { projection: fields } : {})
         .toArray(),
     [],
   );
   const departed = new Set(docs.flatMap((doc) => (isMarker(doc) ? doc.departed : [])));
-  return docs.filter((doc): doc is MessageDoc => !isMarker(doc) && !departed.has(doc._id));
+  const messages: MessageDoc[] = [];
+  for (const doc of docs) if (!isMarker(doc) && !departed.has(doc._id)) messages.push(unpackIntake(doc));
+  return messages;
 }
 
 /** Every live intake's messages in flight (listings, counts, raw retention). */
-export async function readIntakes(store: Store, projection?: Record<string, 0 | 1>): Promise<MessageDoc[]> {
+export async function readIntakes(store: Store, projection?: Record<string, 1>): Promise<MessageDoc[]> {
   const intakes = await listIntakes(store);
   return (await Promise.all(intakes.map((entry) => readIntake(store, entry._id, projection)))).flat();
 }
@@ -110,7 +122,15 @@ export async function findInIntakes(store: Store, id: string): Promise<MessageDo
     .map((entry) => entry._id);
   const found = await Promise.all(
     names.map((name) =>
-      fromIntake(store, name, () => store.intakeDb.collection<MessageDoc>(name).findOne({ _id: id }), null),
+      fromIntake(
+        store,
+        name,
+        async () => {
+          const doc = await store.intakeDb.collection<IntakeRecord | MessageDoc>(name).findOne({ _id: id });
+          return doc && unpackIntake(doc);
+        },
+        null,
+      ),
     ),
   );
   return newestCopy(found.filter((doc) => doc !== null));

@@ -9,6 +9,7 @@ import { isDuplicateKey } from './ids.ts';
 import { fromIntake, type Intake, listIntakes } from './intake.ts';
 import { type AcceptedMessage, type MessageDoc, type Ownership, scheduling } from './messages.ts';
 import type { Store } from './mongo.ts';
+import { packIntake } from './records.ts';
 
 /**
  * Inserts a newly accepted message durably: after this resolves, an SMTP 250 may be sent. A
@@ -30,7 +31,7 @@ export async function insertAcceptedMessage(
       // find and deliver before the 451 clean-up removes it
       if (refused?.aborted) throw new Error('the sender was told 451: not stored');
       try {
-        const outcome = await store.writes.intakeInserts.submit(name, doc);
+        const outcome = await store.writes.intakeInserts.submit(name, packIntake(doc));
         if (outcome) throw outcome;
       } catch (err) {
         // ours (an earlier try that was applied) or another process's message with the same id

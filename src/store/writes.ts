@@ -7,16 +7,16 @@ import type { RawDocument } from './documents.ts';
 import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import { appendEntriesOf } from './listing.ts';
-import type { MessageDoc, Ownership } from './messages.ts';
+import type { Ownership } from './messages.ts';
 import { parsePartitionName, partitionOf, type RecordKind } from './partitions.ts';
-import type { Archived, ArchivedRecord } from './records.ts';
+import type { Archived, ArchivedRecord, IntakeRecord } from './records.ts';
 
 /** A connection's batched writes; each resolves its own write's outcome. */
 export interface StoreWrites {
   /** raw documents, per daily partition (raw.ts) */
   readonly rawInserts: BatcherPerName<RawDocument, Error | undefined>;
-  /** newly accepted messages, per intake (working-set.ts, intake.ts) */
-  readonly intakeInserts: BatcherPerName<MessageDoc, Error | undefined>;
+  /** newly accepted messages, packed (records.ts), per intake (working-set.ts, intake.ts) */
+  readonly intakeInserts: BatcherPerName<IntakeRecord, Error | undefined>;
   /** the owners' fenced updates: true when the write is in (working-set.ts) */
   readonly ownerWrites: Batcher<OwnerWrite, boolean>;
   /** final records and their listing entries, per history partition (history.ts) */
@@ -105,12 +105,13 @@ export function buildWrites(connection: Connection): StoreWrites {
           flush: (docs) => insertEach(connection.db.collection<RawDocument>(name), docs),
         }),
     ),
-    intakeInserts: new BatcherPerName<MessageDoc, Error | undefined>(
+    intakeInserts: new BatcherPerName<IntakeRecord, Error | undefined>(
       (name) =>
         new Batcher({
           maxInFlight: 1,
           maxBatch: 100,
-          flush: (docs: MessageDoc[]) => insertEach(connection.intakeDb.collection<MessageDoc>(name), docs),
+          flush: (docs: IntakeRecord[]) =>
+            insertEach(connection.intakeDb.collection<IntakeRecord>(name), docs),
         }),
     ),
     // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL

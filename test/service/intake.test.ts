@@ -3,6 +3,7 @@
 // message has left it; a message that needs a write other than its final record moves into
 // `messages`; the messages of an intake whose owner is gone are taken over by another process.
 import test from 'ava';
+import { Binary } from 'mongodb';
 import { accept } from '../../src/lifecycle/lifecycle.ts';
 import { insertRecords } from '../../src/store/history.ts';
 import { newId } from '../../src/store/ids.ts';
@@ -17,6 +18,7 @@ import type { AcceptedMessage, MessageDoc } from '../../src/store/messages.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
+import { type IntakeRecord, packIntake } from '../../src/store/records.ts';
 import { insertAcceptedMessage } from '../../src/store/working-set.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
@@ -102,7 +104,8 @@ test('the messages of an intake whose owner is gone are taken over, delivered on
     { id: pending!._id, bytes: Buffer.from(body('pending')) },
     { id: done!._id, bytes: Buffer.from(body('done')) },
   ]);
-  await store.intakeDb.collection<MessageDoc>(name).insertMany([pending!, done!]);
+  // the pending one as intakes keep messages now (packed), the other as the version before did
+  await store.intakeDb.collection<IntakeRecord | MessageDoc>(name).insertMany([packIntake(pending!), done!]);
   await insertRecords(store, [{ ...done!, state: 'delivered', version: 6 }]);
   // every epoch a claim of it from the intake would try (takeLease gives up after three taken ones)
   await store.leases.insertMany(
@@ -141,5 +144,17 @@ test("an accepted message's insert sent again finds its own first try (accepted,
   // a retry after a dropped connection whose first insert went in: the same id, the same owner
   await t.notThrowsAsync(insertAcceptedMessage(store, doc, intake));
   await t.throwsAsync(insertAcceptedMessage(store, { ...doc, lease_owner: 'another:1' }, intake));
-  t.like(await findInIntakes(store, doc._id), { _id: doc._id, lease_owner: owner, version: 1 });
+  t.like(await findInIntakes(store, doc._id), {
+    _id: doc._id,
+    lease_owner: owner,
+    version: 1,
+    envelope: doc.envelope,
+    history: doc.history,
+  });
+  // as the intake keeps it: what its filters read as fields, the rest packed
+  const stored = await store.intakeDb
+    .collection<IntakeRecord>(await intake.admit(doc._id))
+    .findOne({ _id: doc._id });
+  t.true(stored?.detail instanceof Binary);
+  t.false(stored !== null && 'history' in stored);
 });

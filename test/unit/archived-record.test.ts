@@ -1,9 +1,16 @@
-// A final record as its partition keeps it: summary fields as fields, the rest packed, and nothing
-// lost or changed on the way back (dates stay dates, ids stay ids, the working-set fields go).
+// A final record as its partition keeps it, and an accepted message as its intake keeps it: the
+// listed and filtered fields as fields, the rest packed, and nothing lost or changed on the way back
+// (dates stay dates, ids stay ids; a record leaves the working-set fields out).
 import test from 'ava';
-import { ObjectId } from 'mongodb';
+import { Binary, ObjectId } from 'mongodb';
 import type { MessageDoc } from '../../src/store/messages.ts';
-import { packRecord, unpackRecord } from '../../src/store/records.ts';
+import {
+  packIntake,
+  packRecord,
+  projectsPacked,
+  unpackIntake,
+  unpackRecord,
+} from '../../src/store/records.ts';
 
 const at = new Date('2026-11-23T08:00:00.123Z');
 const doc: MessageDoc = {
@@ -64,4 +71,46 @@ test('unpacking gives the record back, without what belongs to the working set',
   t.deepEqual(back, expected);
   t.true(back.history[0]!.at instanceof Date);
   t.true(back.raw_id instanceof ObjectId);
+});
+
+test('an intake keeps as fields what is listed and what its own filters read', (t) => {
+  const packed = packIntake({ ...doc, raw: { data: new Binary(Buffer.from('gz')), size: 2 } });
+  t.deepEqual(Object.keys(packed).sort(), [
+    '_id',
+    'detail',
+    'domains',
+    'due_at',
+    'from',
+    'lease_epoch',
+    'lease_owner',
+    'message_id',
+    'raw',
+    'received_at',
+    'scheduled',
+    'state',
+    'subject',
+    'to',
+    'version',
+  ]);
+  t.is(packed.version, 9);
+  t.is(packed.lease_epoch, 3);
+  t.is(packed.lease_owner, 'host:1:abc');
+  t.true(packed.raw?.data instanceof Binary);
+});
+
+test('unpacking an intake document gives the message back, whole', (t) => {
+  const back = unpackIntake(packIntake(doc));
+  t.deepEqual(back, doc);
+  t.true(back.history[0]!.at instanceof Date);
+  t.true(back.due_at instanceof Date);
+  t.true(back.raw_id instanceof ObjectId);
+});
+
+test('an intake document of the layout before (nothing packed) is read as it is', (t) => {
+  t.is(unpackIntake(doc), doc);
+});
+
+test('a projection of intake documents needs the packed value only for a packed field', (t) => {
+  t.false(projectsPacked({ _id: 1, state: 1, version: 1, subject: 1 }));
+  t.true(projectsPacked({ _id: 1, deliveries: 1 }));
 });
