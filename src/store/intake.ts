@@ -23,7 +23,7 @@ import { insertAtEpoch, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
-import { type IntakeRecord, projectsPacked, unpackIntake } from './records.ts';
+import { type IntakeRecord, packedFor, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
 
@@ -86,11 +86,7 @@ export async function readIntake(
   name: string,
   projection?: Record<string, 1>,
 ): Promise<MessageDoc[]> {
-  const fields = projection && {
-    ...projection,
-    departed: 1,
-    ...(projectsPacked(projection) ? { detail: 1 } : {}),
-  };
+  const fields = projection && { ...projection, departed: 1, ...packedFor(projection) };
   const docs = await fromIntake(
     store,
     name,

@@ -46,50 +46,65 @@ export function unpackRecord(record: ArchivedRecord): MessageDoc {
 }
 
 /**
- * Of a message in its intake, what stays a field: what a listing shows, and what the intake's own
- * filters and the claims read (working-set.ts: the removal of a record whose sender was told 451
- * matches state, version and lease_epoch; a retried insert finds its own by lease_owner).
+ * Of a message in its intake, what stays a field: what the intake's own filters read
+ * (working-set.ts: the removal of a record whose sender was told 451 matches state, version and
+ * lease_epoch; a retried insert finds its own by lease_owner), and the inline raw bytes.
  */
-const INTAKE_KEYS: ReadonlySet<string> = new Set([
-  ...SUMMARY_FIELDS,
+const INTAKE_FIELDS: ReadonlySet<string> = new Set([
+  '_id',
+  'state',
   'version',
   'lease_epoch',
   'lease_owner',
-  'due_at',
-  'scheduled',
   'raw',
 ]);
+/** What a listing shows besides those: packed apart (`summary`), so that a listing unpacks only it. */
+const INTAKE_SUMMARY: ReadonlySet<string> = new Set(SUMMARY_FIELDS.filter((key) => !INTAKE_FIELDS.has(key)));
 
 /**
- * An accepted message as its intake keeps it: the fields of INTAKE_KEYS, and everything else
- * (history, envelope, client, deliveries, ...) packed as one BSON value. FerretDB converts every
- * field of every document it writes, and the insert of the accepted messages is what each sender
- * waits on for its 250: packed, FerretDB spent about 13% less CPU per message in the end-to-end
- * benchmark (0.23 ms against 0.26-0.27; docs/BENCHMARKS.md).
+ * An accepted message as its intake keeps it: the fields of INTAKE_FIELDS, the rest of the summary
+ * packed as one BSON value, and everything else (history, envelope, client, deliveries, ...) as
+ * another. FerretDB converts every field of every document it writes, and the insert of the
+ * accepted messages is what each sender waits on for its 250: FerretDB's CPU per message in the
+ * end-to-end benchmark went from 0.26-0.27 ms to 0.22-0.23 (docs/BENCHMARKS.md).
  */
-export type IntakeRecord = Pick<MessageDoc, (typeof SUMMARY_FIELDS)[number] | 'version' | 'lease_epoch'> &
-  Partial<Pick<MessageDoc, 'lease_owner' | 'due_at' | 'scheduled' | 'raw'>> & { detail: Binary };
+export type IntakeRecord = Pick<MessageDoc, '_id' | 'state' | 'version' | 'lease_epoch'> &
+  Partial<Pick<MessageDoc, 'lease_owner' | 'raw'>> & { summary: Binary; detail: Binary };
 
 /** Packs an accepted message for its intake. */
 export function packIntake(doc: MessageDoc): IntakeRecord {
   const kept: Record<string, unknown> = {};
+  const summary: Record<string, unknown> = {};
   const detail: Record<string, unknown> = {};
-  for (const key in doc)
-    if (Object.hasOwn(doc, key)) (INTAKE_KEYS.has(key) ? kept : detail)[key] = doc[key as keyof MessageDoc];
-  return { ...(kept as Omit<IntakeRecord, 'detail'>), detail: new Binary(BSON.serialize(detail)) };
+  for (const key in doc) {
+    if (!Object.hasOwn(doc, key)) continue;
+    const part = INTAKE_FIELDS.has(key) ? kept : INTAKE_SUMMARY.has(key) ? summary : detail;
+    part[key] = doc[key as keyof MessageDoc];
+  }
+  return {
+    ...(kept as Omit<IntakeRecord, 'summary' | 'detail'>),
+    summary: new Binary(BSON.serialize(summary)),
+    detail: new Binary(BSON.serialize(detail)),
+  };
 }
 
-/** The message of an intake document; one written before intakes were packed is the message as it is. */
-export function unpackIntake(doc: IntakeRecord | MessageDoc): MessageDoc {
-  if (!('detail' in doc) || !(doc.detail instanceof Binary)) return doc as MessageDoc;
-  const { detail, ...kept } = doc;
+/**
+ * The message of an intake document, as far as it was read (a projection may leave `detail` or
+ * both packed values out); one written before intakes were packed is the message as it is.
+ */
+export function unpackIntake(doc: Partial<IntakeRecord> | MessageDoc): MessageDoc {
+  const { summary, detail, ...kept } = doc as Partial<IntakeRecord>;
+  if (!(summary instanceof Binary) && !(detail instanceof Binary)) return doc as MessageDoc;
   return {
     ...kept,
-    ...(BSON.deserialize(detail.buffer) as Omit<MessageDoc, keyof typeof kept>),
+    ...(summary instanceof Binary ? BSON.deserialize(summary.buffer) : {}),
+    ...(detail instanceof Binary ? BSON.deserialize(detail.buffer) : {}),
   } as MessageDoc;
 }
 
-/** Whether a projection of intake documents needs their packed value (it names a field packed there). */
-export function projectsPacked(projection: Record<string, 0 | 1>): boolean {
-  return Object.keys(projection).some((key) => !INTAKE_KEYS.has(key));
+/** What a projection of intake documents needs of their packed values besides the fields it names. */
+export function packedFor(projection: Record<string, 1>): { summary?: 1; detail?: 1 } {
+  const keys = Object.keys(projection).filter((key) => !INTAKE_FIELDS.has(key));
+  if (keys.some((key) => !INTAKE_SUMMARY.has(key))) return { summary: 1, detail: 1 };
+  return keys.length > 0 ? { summary: 1 } : {};
 }

@@ -4,13 +4,7 @@
 import test from 'ava';
 import { Binary, ObjectId } from 'mongodb';
 import type { MessageDoc } from '../../src/store/messages.ts';
-import {
-  packIntake,
-  packRecord,
-  projectsPacked,
-  unpackIntake,
-  unpackRecord,
-} from '../../src/store/records.ts';
+import { packedFor, packIntake, packRecord, unpackIntake, unpackRecord } from '../../src/store/records.ts';
 
 const at = new Date('2026-11-23T08:00:00.123Z');
 const doc: MessageDoc = {
@@ -73,29 +67,38 @@ test('unpacking gives the record back, without what belongs to the working set',
   t.true(back.raw_id instanceof ObjectId);
 });
 
-test('an intake keeps as fields what is listed and what its own filters read', (t) => {
+test("an intake keeps as fields what its own filters read; the listing's summary is packed apart", (t) => {
   const packed = packIntake({ ...doc, raw: { data: new Binary(Buffer.from('gz')), size: 2 } });
   t.deepEqual(Object.keys(packed).sort(), [
     '_id',
     'detail',
-    'domains',
-    'due_at',
-    'from',
     'lease_epoch',
     'lease_owner',
-    'message_id',
     'raw',
-    'received_at',
-    'scheduled',
     'state',
-    'subject',
-    'to',
+    'summary',
     'version',
   ]);
   t.is(packed.version, 9);
   t.is(packed.lease_epoch, 3);
   t.is(packed.lease_owner, 'host:1:abc');
   t.true(packed.raw?.data instanceof Binary);
+  // a listing unpacks the summary alone
+  const { detail: _detail, ...listed } = packed;
+  t.deepEqual(unpackIntake(listed), {
+    _id: doc._id,
+    state: 'dlq',
+    version: 9,
+    lease_epoch: 3,
+    lease_owner: 'host:1:abc',
+    raw: packed.raw,
+    message_id: '<a@b>',
+    from: 'a@sender.example',
+    to: ['x@shop.example', 'y@shop.example'],
+    subject: 'Grüße ✓',
+    received_at: at,
+    domains: ['shop.example'],
+  });
 });
 
 test('unpacking an intake document gives the message back, whole', (t) => {
@@ -110,7 +113,8 @@ test('an intake document of the layout before (nothing packed) is read as it is'
   t.is(unpackIntake(doc), doc);
 });
 
-test('a projection of intake documents needs the packed value only for a packed field', (t) => {
-  t.false(projectsPacked({ _id: 1, state: 1, version: 1, subject: 1 }));
-  t.true(projectsPacked({ _id: 1, deliveries: 1 }));
+test('a projection of intake documents reads only the packed values it needs', (t) => {
+  t.deepEqual(packedFor({ _id: 1, state: 1, version: 1 }), {});
+  t.deepEqual(packedFor({ _id: 1, state: 1, subject: 1, received_at: 1 }), { summary: 1 });
+  t.deepEqual(packedFor({ _id: 1, deliveries: 1 }), { summary: 1, detail: 1 });
 });
