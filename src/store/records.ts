@@ -28,16 +28,27 @@ export interface Archived {
 
 const SUMMARY_KEYS: ReadonlySet<string> = new Set(SUMMARY_FIELDS);
 
+/**
+ * A document's own fields, parted by the first of `groups` that names each; the fields no group
+ * names come last. Both forms below are made by it.
+ */
+function partFields(doc: object, groups: ReadonlyArray<ReadonlySet<string>>): Array<Record<string, unknown>> {
+  const parts: Array<Record<string, unknown>> = [...groups, undefined].map(() => ({}));
+  for (const [key, value] of Object.entries(doc)) {
+    const at = groups.findIndex((group) => group.has(key));
+    parts[at === -1 ? groups.length : at]![key] = value;
+  }
+  return parts;
+}
+
+const packed = (fields: Record<string, unknown>) => new Binary(BSON.serialize(fields));
+
 /** Packs a final message for its partition, leaving out what belongs to the working set only. */
 export function packRecord(doc: MessageDoc): ArchivedRecord {
   // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it
   const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
-  const summary: Record<string, unknown> = {};
-  const detail: Record<string, unknown> = {};
-  for (const key in record)
-    if (Object.hasOwn(record, key))
-      (SUMMARY_KEYS.has(key) ? summary : detail)[key] = record[key as keyof typeof record];
-  return { ...(summary as unknown as MessageSummary), detail: new Binary(BSON.serialize(detail)) };
+  const [summary, detail] = partFields(record, [SUMMARY_KEYS]);
+  return { ...(summary as unknown as MessageSummary), detail: packed(detail!) };
 }
 
 export function unpackRecord(record: ArchivedRecord): MessageDoc {
@@ -73,18 +84,11 @@ export type IntakeRecord = Pick<MessageDoc, '_id' | 'state' | 'version' | 'lease
 
 /** Packs an accepted message for its intake. */
 export function packIntake(doc: MessageDoc): IntakeRecord {
-  const kept: Record<string, unknown> = {};
-  const summary: Record<string, unknown> = {};
-  const detail: Record<string, unknown> = {};
-  for (const key in doc) {
-    if (!Object.hasOwn(doc, key)) continue;
-    const part = INTAKE_FIELDS.has(key) ? kept : INTAKE_SUMMARY.has(key) ? summary : detail;
-    part[key] = doc[key as keyof MessageDoc];
-  }
+  const [kept, summary, detail] = partFields(doc, [INTAKE_FIELDS, INTAKE_SUMMARY]);
   return {
     ...(kept as Omit<IntakeRecord, 'summary' | 'detail'>),
-    summary: new Binary(BSON.serialize(summary)),
-    detail: new Binary(BSON.serialize(detail)),
+    summary: packed(summary!),
+    detail: packed(detail!),
   };
 }
 

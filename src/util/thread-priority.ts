@@ -1,33 +1,19 @@
 // A thread's CPU priority. On Linux every thread is a task with a nice value of its own, which
 // setpriority(2) takes by thread id; raising one's own niceness needs no privilege. Elsewhere
 // (and where /proc is not mounted) a thread keeps its process's priority.
-import { readFileSync, readlinkSync } from 'node:fs';
+import { readlinkSync } from 'node:fs';
 import os from 'node:os';
 
 /** Nice values stop here (the lowest priority). */
 const LOWEST = 19;
 
 /** The calling thread's id (Linux), or undefined. */
-export function ownThreadId(): number | undefined {
+function ownThreadId(): number | undefined {
   if (process.platform !== 'linux') return undefined;
   try {
     // "<pid>/task/<tid>"
     const tid = Number(readlinkSync('/proc/thread-self').split('/').at(-1));
     return Number.isInteger(tid) && tid > 0 ? tid : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** A thread's nice value as the kernel reports it (Linux), or undefined. */
-export function niceOf(pid: number, tid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
-    // the name (field 2) may hold spaces and parentheses: count the fields after its last ')'
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // field 19 of stat(5), the 17th after the name
-    const nice = Number(fields[16]);
-    return Number.isInteger(nice) ? nice : undefined;
   } catch {
     return undefined;
   }
