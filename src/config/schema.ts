@@ -198,7 +198,7 @@ export const SETTINGS = Object.freeze({
     flag: 'workers',
     defaultText: 'half the cores, at least 1',
     description:
-      'Number of cluster worker processes (each with parse threads of its own: its share of the cores less one, at least 1)',
+      "Number of cluster worker processes (each with parse threads of its own: its share of the cores less one, at least 1; on Linux they run 5 nicer than the worker's event loop, so SMTP replies go first on busy cores)",
     defaultValue: () => defaultWorkers(),
     parse: integer(1, 256),
   } satisfies Setting<number>,
