@@ -90,7 +90,7 @@ if (database.source !== 'configured') {
 // the primary keeps a connection for the history's upkeep (retention, moving records of the
 // earlier layout): one process does it, in the background
 try {
-  const store = await openStore({ uri: database.uri, ensureIndexes: true });
+  const store = await openStore({ uri: database.uri, profile: config.storageProfile, ensureIndexes: true });
   // made once here, like the indexes: the workers only read it
   await serviceKey(store, ATTACHMENT_URL_KEY);
   new Housekeeping({

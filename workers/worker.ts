@@ -50,6 +50,7 @@ process.on('SIGINT', () => {});
 
 const store = await openStore({
   uri: config.mongodbUri,
+  profile: config.storageProfile,
   ensureIndexes: false,
   // command events feed mailroute_db_command_duration_seconds (and STATS_FILE)
   monitorCommands: true,

@@ -156,6 +156,15 @@ export const SETTINGS = Object.freeze({
     defaultValue: () => '',
     parse: (value) => (/^mongodb(\+srv)?:\/\//.test(value) ? ok(value) : bad('must start with mongodb://')),
   } satisfies Setting<string>,
+  storageProfile: {
+    env: 'STORAGE_PROFILE',
+    flag: 'storage-profile',
+    defaultText: 'auto',
+    description:
+      'How the store lays out its data: auto (detected from the server), mongodb or ferretdb (README, "Backend profiles")',
+    defaultValue: () => 'auto' as const,
+    parse: oneOf(['auto', 'mongodb', 'ferretdb'] as const),
+  } satisfies Setting<'auto' | 'mongodb' | 'ferretdb'>,
   httpHost: {
     env: 'HTTP_HOST',
     flag: 'http-host',

@@ -6,6 +6,7 @@ import type { Collection, Db, MongoBulkWriteError, MongoClient } from 'mongodb';
 import type { DomainDoc, LeaseDoc, RouteDoc } from './documents.ts';
 import type { MessageDoc } from './messages.ts';
 import type { PartitionCatalog } from './partitions.ts';
+import type { BackendProfile } from './profile.ts';
 
 export interface Connection {
   readonly client: MongoClient;
@@ -16,8 +17,8 @@ export interface Connection {
   readonly messages: Collection<MessageDoc>;
   readonly leases: Collection<LeaseDoc>;
   /**
-   * where the intakes' collections are (intake.ts): the database itself on MongoDB; on FerretDB a
-   * database of their own, `<name>_intake`. Over SQLite a database is a file, and every table
+   * where the intakes' collections and the retry buckets are (intake.ts, parking.ts): the database
+   * itself, or with the profile's `separateIntakeDatabase` a database of their own, `<name>_intake`. Over SQLite a database is a file, and every table
    * created or dropped makes every connection to that file read its whole schema again: beside a
    * month of history partitions (about 870 collections) the intakes' create and drop every few
    * seconds cost the delivered rate a fifth. A file of their own also has its own write lock.
@@ -25,11 +26,8 @@ export interface Connection {
   readonly intakeDb: Db;
   /** the hourly history partitions that exist (see partitions.ts) */
   readonly partitions: PartitionCatalog;
-  /**
-   * the server is FerretDB (its buildInfo has `ferretdbVersion`): it reads a whole collection for
-   * any filter but exactly `{_id: X}`. Only fencing.ts acts on it (and openStore, for `intakeDb`).
-   */
-  readonly ferretdb: boolean;
+  /** how this database is laid out and read: named flags, one per deviation (profile.ts) */
+  readonly profile: BackendProfile;
 }
 
 /** Acknowledged by a majority and journaled: what "durably stored" means before an SMTP 250. */

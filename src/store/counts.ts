@@ -2,6 +2,7 @@
 // all live here; callers see only the result, cached by src/metrics/store-gauges.ts):
 // - the working set (what is in flight: `messages`, and the intakes' messages that have not left
 //   them, intake.ts) by state: one aggregation, and the intakes read whole;
+// - the messages parked for a retry (parking.ts), counted per `retry_<day>` partition, as failed;
 // - the dead letter queue: the documents of the `dlq_<hour>` partitions, counted per partition
 //   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
 // Delivered records are history, not a figure of "now": their rate is a counter's job
@@ -37,5 +38,13 @@ export async function countMessages(store: Store): Promise<MessageCounts> {
       .map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
   );
   const dlq = workingSet.dlq + dlqPartitions.reduce((sum, n) => sum + n, 0);
+  // parked messages (parking.ts) wait for a retry: counted as failed, which nearly all of them are
+  // (one released after a parse pool failure is still queued), without reading their records
+  const parked = await Promise.all(
+    partitions
+      .filter((partition) => partition.kind === 'retry')
+      .map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
+  );
+  workingSet.failed += parked.reduce((sum, n) => sum + n, 0);
   return Object.freeze({ workingSet: Object.freeze(workingSet), dlq });
 }

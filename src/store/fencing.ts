@@ -1,15 +1,14 @@
 // The owner's fence on the working set: an owner's write applies only while the message is still
-// at the owner's epoch (nobody took it over) and version (nothing else wrote since). This is the
-// one place where the store does a thing differently on MongoDB and on FerretDB.
+// at the owner's epoch (nobody took it over) and version (nothing else wrote since).
 //
 // On MongoDB the fence is part of the filter, `{_id, lease_epoch, version}`: one atomic command,
 // served by the `_id` index. FerretDB 1.24 turns only a filter that is exactly `{_id: X}` into an
 // indexed lookup; any other filter reads and decodes the whole collection (../shared/FERRETDB.md),
 // so a fenced write would cost every message in flight: 46 ms at 500 on SQLite, against 0.6 ms by
 // `_id`. And FerretDB's conditional write is not atomic anyway: it selects with the filter, then
-// updates by `_id`. There the fence is therefore read first, by exact `_id`, and the writes that
-// pass go by exact `_id`: the same guarantee FerretDB itself gives, at a cost that does not grow
-// with the working set.
+// updates by `_id`. There (the profile's `fenceByIdRead`, profile.ts) the fence is therefore read
+// first, by exact `_id`, and the writes that pass go by exact `_id`: the same guarantee FerretDB
+// itself gives, at a cost that does not grow with the working set.
 import type { UpdateFilter } from 'mongodb';
 import { type Connection, DURABLE } from './connection.ts';
 import { retryTransient } from './failures.ts';
@@ -48,7 +47,7 @@ const holds = (owner: Ownership, fence: Fence | undefined, versionAhead = 0) =>
  * per delivered message.
  */
 async function admit<Item>(store: Connection, items: Item[], ownerOf: (item: Item) => Ownership) {
-  if (!store.ferretdb) {
+  if (!store.profile.fenceByIdRead) {
     const filter = (owner: Ownership) => ({
       _id: owner.id,
       lease_epoch: owner.epoch,
@@ -142,13 +141,13 @@ export async function moveToEpoch(
   update: UpdateFilter<MessageDoc>,
   dueBy?: Date,
 ): Promise<MessageDoc | undefined> {
-  if (store.ferretdb) {
+  if (store.profile.fenceByIdRead) {
     const [fence] = await readFences(store, [id]);
     if (fence?.lease_epoch !== fromEpoch) return undefined;
     // a message with no due_at is not due (final, or being moved to history)
     if (dueBy && (fence.due_at?.getTime() ?? Number.POSITIVE_INFINITY) > dueBy.getTime()) return undefined;
   }
-  const filter = store.ferretdb
+  const filter = store.profile.fenceByIdRead
     ? { _id: id }
     : { _id: id, lease_epoch: fromEpoch, ...(dueBy ? { due_at: { $lte: dueBy } } : {}) };
   return (await store.messages.findOneAndUpdate(filter, update, { returnDocument: 'after' })) ?? undefined;

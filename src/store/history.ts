@@ -17,9 +17,10 @@ import { rawDocumentOf } from './raw.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 import { storeRawDocuments } from './writes.ts';
 
-/** Where a final record goes. */
+/** Where a record goes: a final one by its state; one of a message parked for a retry (parking.ts) to `retry`. */
 export function recordKind(doc: Pick<MessageDoc, 'state'>): RecordKind {
-  return doc.state === 'dlq' ? 'dlq' : 'history';
+  if (doc.state === 'dlq') return 'dlq';
+  return isFinal(doc.state) ? 'history' : 'retry';
 }
 
 /** A message leaves the working set once it is final and nothing is scheduled for it. */
@@ -29,6 +30,7 @@ export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean
 
 /** The partitions that may hold a record: its day's, and its hour's of the earlier layout. */
 async function recordPartitions(store: Store, kind: RecordKind, id: string): Promise<string[]> {
+  if (kind === 'retry') return [partitionOf(kind, id)];
   const legacy = legacyPartitionOf(kind, id);
   return (await store.partitions.has(legacy)) ? [partitionOf(kind, id), legacy] : [partitionOf(kind, id)];
 }
@@ -37,14 +39,22 @@ async function recordPartitions(store: Store, kind: RecordKind, id: string): Pro
  * Takes a record out of its partition (a replay brought the message back) and hides its listing
  * entry with the version that supersedes it.
  */
-async function takeOutRecord(store: Store, kind: RecordKind, id: string, version: number): Promise<void> {
+export async function takeOutRecord(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+  version: number,
+): Promise<void> {
   for (const name of await recordPartitions(store, kind, id))
     await store.db.collection<ArchivedRecord>(name).deleteOne({ _id: id });
   await removeEntry(store, kind, id, version);
 }
 
-/** Stores a final record in its partition; a record already there (a re-run after a crash) is replaced. */
-async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
+/**
+ * Stores a record in its partition (a final one, or a parked one: parking.ts); a record already
+ * there (a re-run after a crash, a message parked again) is replaced.
+ */
+export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
   const name = partitionOf(kind, doc._id);
   const raw = rawDocumentOf(doc);
@@ -81,18 +91,29 @@ export async function archiveFromIntake(store: Store, owner: Ownership, doc: Mes
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
 }
 
-/** A final record by id: exactly `{_id: X}` on the partitions its id names. */
-export async function findRecord(store: Store, id: string): Promise<MessageDoc | null> {
+/**
+ * A record by id, of the kinds asked (all by default: final ones and a parked one), exactly
+ * `{_id: X}` on the partitions its id names; of several, the one with the highest version.
+ */
+export async function findRecord(
+  store: Store,
+  id: string,
+  kinds: readonly RecordKind[] = RECORD_KINDS,
+): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
-  const names = (
-    await Promise.all([recordPartitions(store, 'history', id), recordPartitions(store, 'dlq', id)])
-  ).flat();
+  const names = (await Promise.all(kinds.map((kind) => recordPartitions(store, kind, id)))).flat();
   const found = await Promise.all(
     names.map((name) => store.db.collection<ArchivedRecord>(name).findOne({ _id: id })),
   );
-  const record = found.find((one) => one !== null);
-  return record ? unpackRecord(record) : null;
+  let newest: MessageDoc | null = null;
+  for (const record of found) {
+    const doc = record && unpackRecord(record);
+    if (doc && (!newest || doc.version > newest.version)) newest = doc;
+  }
+  return newest;
 }
+
+const RECORD_KINDS: readonly RecordKind[] = ['history', 'dlq', 'retry'];
 
 /**
  * Puts a final record back into the working set for a replay, owned by `owner` at the next

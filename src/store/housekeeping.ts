@@ -98,6 +98,14 @@ export class Housekeeping {
       // by the day, for the hourly partitions too: a day's listing goes with the day's records
       const isRaw = partition.kind === 'raw' || partition.kind === 'rawfs';
       if (dayEnd(partition.key) > now - (isRaw ? rawRetentionMs : recordRetentionMs)) continue;
+      // a parked message is in flight, not history: its record and entry stay until it is claimed
+      if (partition.kind === 'retry' || partition.kind === 'retry_list') {
+        const parked = partitions.find((one) => one.kind === 'retry' && one.key === partition.key);
+        if (parked && (await store.db.collection(parked.name).estimatedDocumentCount()) > 0) {
+          report.kept.push(partition.name);
+          continue;
+        }
+      }
       if (isRaw) {
         // a message still in flight (a retry pending for days, a replay) keeps its bytes
         inFlight ??= await this.inFlightTimes();
@@ -140,11 +148,26 @@ export class Housekeeping {
 
   /** When the messages in flight were accepted. */
   private async inFlightTimes(): Promise<number[]> {
-    const [live, intakes] = await Promise.all([
-      this.options.store.messages.find({}, { projection: { _id: 1 } }).toArray(),
-      readIntakes(this.options.store, { _id: 1 }),
+    const { store } = this.options;
+    const [live, intakes, parked] = await Promise.all([
+      store.messages.find({}, { projection: { _id: 1 } }).toArray(),
+      readIntakes(store, { _id: 1 }),
+      this.parkedDays(),
     ]);
-    return [...live, ...intakes].map((doc) => idMs(doc._id));
+    return [...[...live, ...intakes].map((doc) => idMs(doc._id)), ...parked];
+  }
+
+  /**
+   * The start of each day that has messages parked for a retry (parking.ts): they are in flight,
+   * and their bytes are read again when they come due. A day whose retry partition is empty has none.
+   */
+  private async parkedDays(): Promise<number[]> {
+    const { store } = this.options;
+    const days = (await store.partitions.list()).filter((partition) => partition.kind === 'retry');
+    const counts = await Promise.all(
+      days.map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
+    );
+    return days.filter((_, i) => counts[i]! > 0).map((partition) => partition.start);
   }
 
   private async drop(partition: Partition): Promise<void> {

@@ -175,8 +175,9 @@ export async function moveFromIntake(
 
 /** Its owner stores the final record before a message departs its intake, and moves it before writing. */
 async function hasDeparted(store: Store, id: string): Promise<boolean> {
+  // a parked record (parking.ts) is no departure: a crash may have come before its pointer
   const [record, moved] = await Promise.all([
-    findRecord(store, id),
+    findRecord(store, id, ['history', 'dlq']),
     store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
   ]);
   return record !== null || moved !== null;

@@ -74,13 +74,13 @@ const MERGE_ABOVE = 8;
 /** Most entries in one merged set (about 250 bytes each, far under the 16 MB document limit). */
 const MERGED_MAX = 20_000;
 
-export function listingKind(kind: RecordKind): 'delivered_list' | 'dlq_list' {
-  return kind === 'dlq' ? 'dlq_list' : 'delivered_list';
+export function listingKind(kind: RecordKind): 'delivered_list' | 'dlq_list' | 'retry_list' {
+  return kind === 'dlq' ? 'dlq_list' : kind === 'retry' ? 'retry_list' : 'delivered_list';
 }
 
-/** The listing of the earlier hourly layout (partitions.ts): by the hour, for both kinds. */
-export function hourlyListingKind(kind: RecordKind): 'history_list' | 'dlq_list' {
-  return kind === 'dlq' ? 'dlq_list' : 'history_list';
+/** The listing of the earlier hourly layout (partitions.ts): by the hour, for both of its kinds. */
+export function hourlyListingKind(kind: RecordKind): 'history_list' | 'dlq_list' | undefined {
+  return kind === 'dlq' ? 'dlq_list' : kind === 'history' ? 'history_list' : undefined;
 }
 
 /**
@@ -92,7 +92,7 @@ export function unlistedPartitions(catalog: readonly Partition[]): Array<Partiti
   const names = new Set(catalog.map((partition) => partition.name));
   return catalog.flatMap((partition) => {
     if ((partition.kind !== 'history' && partition.kind !== 'dlq') || !isHourKey(partition.key)) return [];
-    const listing = partitionName(hourlyListingKind(partition.kind), partition.key);
+    const listing = partitionName(hourlyListingKind(partition.kind)!, partition.key);
     return names.has(listing) ? [] : [{ ...partition, listing }];
   });
 }
@@ -178,9 +178,10 @@ export async function appendEntriesOf(
  */
 export async function removeEntry(store: Connection, kind: RecordKind, id: string, version: number) {
   const removal: Removal = { _id: id, version, removed: true };
-  const legacy = legacyPartitionOf(hourlyListingKind(kind), id);
   await appendEntries(store, listingPartitionOf(kind, id), [removal]);
-  if (await store.partitions.has(legacy)) await appendEntries(store, legacy, [removal]);
+  const hourly = hourlyListingKind(kind);
+  const legacy = hourly && legacyPartitionOf(hourly, id);
+  if (legacy && (await store.partitions.has(legacy))) await appendEntries(store, legacy, [removal]);
 }
 
 /** For each id, the entry with the highest version. */

@@ -7,6 +7,7 @@ import type { DomainDoc, LeaseDoc, RouteDoc } from './documents.ts';
 import type { MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
 import { PartitionCatalog } from './partitions.ts';
+import { type ProfileSetting, profileFor } from './profile.ts';
 import { buildWrites, type StoreWrites } from './writes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
@@ -31,6 +32,8 @@ export interface OpenStoreOptions {
   monitorCommands?: boolean;
   /** told when the client had to be reconnected because its server monitor went silent */
   onReconnect?: MonitorWatchdogOptions['onReconnect'];
+  /** the backend profile (profile.ts): `auto` (the default) detects it from the server */
+  profile?: ProfileSetting;
 }
 
 /**
@@ -66,7 +69,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
   const database = name === db.databaseName ? db : client.db(name);
   const buildInfo = await database.admin().command({ buildInfo: 1 });
-  const ferretdb = 'ferretdbVersion' in buildInfo;
+  const profile = profileFor(buildInfo, options.profile);
 
   const connection: Connection = {
     client,
@@ -75,9 +78,9 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     routes: database.collection<RouteDoc>('routes'),
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
-    intakeDb: ferretdb ? client.db(`${name}_intake`) : database,
+    intakeDb: profile.separateIntakeDatabase ? client.db(`${name}_intake`) : database,
     partitions: new PartitionCatalog(database),
-    ferretdb,
+    profile,
   };
   const store: Store = {
     ...connection,

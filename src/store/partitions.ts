@@ -28,7 +28,9 @@ const DAY_MS = 24 * HOUR_MS;
  * listing and counting the dead letter queue reads only it), `delivered_list` and `dlq_list` the
  * listing's summaries of those records (listing.ts), `raw` the bytes of messages up to 4 MB,
  * `rawfs` a GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`),
- * `merged_list` the merged entry sets of the day's listing partitions (read by id only).
+ * `merged_list` the merged entry sets of the day's listing partitions (read by id only); `retry` the
+ * records of messages parked until a retry is due and `retry_list` their listing (parking.ts, with
+ * the profile's `parkRetries`).
  * `history_list` is the hourly layout's listing of delivered records, read until retention.
  */
 export type PartitionKind =
@@ -39,10 +41,15 @@ export type PartitionKind =
   | 'history_list'
   | 'merged_list'
   | 'raw'
-  | 'rawfs';
-export type RecordKind = Extract<PartitionKind, 'history' | 'dlq'>;
+  | 'rawfs'
+  | 'retry'
+  | 'retry_list';
+export type RecordKind = Extract<PartitionKind, 'history' | 'dlq' | 'retry'>;
 /** The kinds the earlier hourly layout had: each was by the hour. */
-export type HourlyLayoutKind = Exclude<PartitionKind, 'delivered_list' | 'merged_list'>;
+export type HourlyLayoutKind = Exclude<
+  PartitionKind,
+  'delivered_list' | 'merged_list' | 'retry' | 'retry_list'
+>;
 
 /** The span each kind is partitioned by now (see the header). */
 const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> = Object.freeze({
@@ -53,6 +60,8 @@ const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> 
   merged_list: DAY_MS,
   raw: DAY_MS,
   rawfs: DAY_MS,
+  retry: DAY_MS,
+  retry_list: DAY_MS,
 });
 
 export interface Partition {
@@ -132,7 +141,7 @@ export function partitionName(kind: PartitionKind, key: string): string {
 }
 
 const NAME =
-  /^(history|dlq|delivered_list|dlq_list|history_list|merged_list|raw|rawfs)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
+  /^(history|dlq|delivered_list|dlq_list|history_list|merged_list|raw|rawfs|retry|retry_list)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {

@@ -78,12 +78,16 @@ export interface MessageQuery {
   before?: string;
 }
 
-/** Which kinds of partition can hold records in a state (the in-flight states: none). */
-function kindsFor(state: MessageStateName | undefined): RecordKind[] {
-  if (state === undefined) return ['history', 'dlq'];
+/**
+ * Which kinds of partition can hold records in a state: the in-flight states only parked ones
+ * (parking.ts), and only where the profile parks messages.
+ */
+function kindsFor(store: Store, state: MessageStateName | undefined): RecordKind[] {
+  const parked: RecordKind[] = store.profile.parkRetries ? ['retry'] : [];
+  if (state === undefined) return ['history', 'dlq', ...parked];
   if (state === 'delivered') return ['history'];
   if (state === 'dlq') return ['dlq'];
-  return [];
+  return parked;
 }
 
 /**
@@ -105,7 +109,7 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   const base: Filter<MessageDoc> = {};
   if (query.domain) base.domains = query.domain;
   if (query.before) base._id = { $lt: query.before };
-  const kinds = kindsFor(query.state);
+  const kinds = kindsFor(store, query.state);
   const finding = kinds.length > 0 ? sourcesToRead(store, kinds, query.before) : undefined;
   finding?.catch(() => {}); // awaited below; a failure meanwhile is not unhandled
   // The working set is read to its end before any partition is: a message leaves it only once
@@ -297,7 +301,12 @@ async function sourcesToRead(
     for (const key of [current, previous]) add(partitionAt(listingKind(kind), key));
   }
   const catalog = await store.partitions.list();
-  const listed = new Set<string>(kinds.flatMap((kind) => [listingKind(kind), hourlyListingKind(kind)]));
+  const listed = new Set<string>(
+    kinds.flatMap((kind) => [
+      listingKind(kind),
+      ...(hourlyListingKind(kind) ? [hourlyListingKind(kind)!] : []),
+    ]),
+  );
   for (const partition of catalog) if (listed.has(partition.kind)) add(partition);
   for (const partition of unlistedPartitions(catalog))
     if (kinds.includes(partition.kind as RecordKind)) add(partition, true);

@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startLocalServer } from '../../src/local-db/server.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
+import type { ProfileSetting } from '../../src/store/profile.ts';
 
 let serverUri: Promise<string> | undefined;
 
@@ -31,10 +32,20 @@ export interface TestDatabase {
   store: Store;
 }
 
-/** Opens a store on a database of its own; the caller closes it (t.teardown / test.after.always). */
-export async function openTestDatabase(label?: string): Promise<TestDatabase> {
+/**
+ * Opens a store on a database of its own; the caller closes it (t.teardown / test.after.always).
+ * The backend profile is STORAGE_PROFILE's (CI runs the MongoDB profile's code on FerretDB too),
+ * unless the test names one.
+ */
+export async function openTestDatabase(label?: string, profile?: ProfileSetting): Promise<TestDatabase> {
   const uri = await databaseUri();
   const dbName = freshDbName(label);
-  const store = await openStore({ uri, dbName, ensureIndexes: true });
+  const store = await openStore({ uri, dbName, ensureIndexes: true, profile: profile ?? testProfile() });
   return { uri, dbName, store };
+}
+
+/** The backend profile the tests run: STORAGE_PROFILE when set, else the server's own. */
+export function testProfile(): ProfileSetting {
+  const named = process.env.STORAGE_PROFILE;
+  return named === 'mongodb' || named === 'ferretdb' ? named : 'auto';
 }

@@ -1,0 +1,215 @@
+// Messages parked until a retry is due, for the profiles with `parkRetries` (profile.ts): a message
+// whose owner released it until its next attempt leaves the working set, so that what the
+// scheduler, the listings and the gauges read stays the size of the work in flight however many
+// messages wait. A parked message is three documents:
+//   - its record in `retry_<day of acceptance>` (packed like a final record; found by id),
+//   - its listing entry in `retry_list_<day>` (listing.ts; `?state=failed` reads only these),
+//   - a pointer `{_id: <id>:<version>, message, epoch, version, due_at}` in the bucket of its due time, `due_<YYYYMMDDHHmmss>`
+//     (a collection per DUE_BUCKET_MS, in the intake database): the scheduler reads a bucket whole
+//     once its time has come and drops it once every pointer in it is handled.
+// Parking writes them in that order and only then leaves the working set, so a crash in between
+// leaves the working copy, which the scheduler's poll of `messages` finds at the same due time. A
+// claim takes the lease of the next epoch (leases.ts: the unique insert decides among claimants,
+// and among the working copy's claimants too), puts the message back into `messages` at that
+// epoch, then takes its record and listing entry out.
+import type { Collection } from 'mongodb';
+import { insertEach } from './connection.ts';
+import { retryTransient } from './failures.ts';
+import { asOwnerWithRetries } from './fencing.ts';
+import { findRecord, storeRecord, takeOutRecord } from './history.ts';
+import { insertAtEpoch, takeLease } from './leases.ts';
+import type { MessageDoc, Ownership } from './messages.ts';
+import type { Store } from './mongo.ts';
+import { partitionOf } from './partitions.ts';
+import type { ArchivedRecord } from './records.ts';
+import { unpackRecord } from './records.ts';
+
+/** A parked message's pointer in the bucket of its due time. */
+export interface DuePointer {
+  /** `<message id>:<version>`: the same message parked again (a later version) has a pointer of its own */
+  _id: string;
+  message: string;
+  /** the epoch the message was released at: its claim takes the lease of the next one */
+  epoch: number;
+  /** the parked record's version: a record with another one was claimed or parked again since */
+  version: number;
+  due_at: Date;
+}
+
+/**
+ * The span of a bucket. Retry delays are a minute and more; a bucket is read again at every poll
+ * while some of its pointers are not due yet, so a short span keeps those reads small.
+ */
+export const DUE_BUCKET_MS = 10_000;
+/**
+ * A bucket is dropped only this long after its span ended, and a pointer counts as stored only if
+ * its insert was acknowledged within half of it (else it is written again, into a newer bucket): a
+ * bucket read for its drop has every pointer that was ever acknowledged into it.
+ */
+export const BUCKET_GRACE_MS = 60_000;
+const BUCKET_PREFIX = 'due_';
+const FINAL_KINDS = ['history', 'dlq'] as const;
+
+/** The bucket that holds pointers due at `ms`: `due_<YYYYMMDDHHmmss>` of the bucket's start, UTC. */
+export function bucketOf(ms: number): string {
+  const start = ms - (ms % DUE_BUCKET_MS);
+  return `${BUCKET_PREFIX}${new Date(start).toISOString().slice(0, 19).replace(/[-T:]/g, '')}`;
+}
+
+/** When a bucket may be dropped (if every pointer in it is handled), ms since the epoch. */
+export function bucketDroppableAt(name: string): number {
+  return (bucketStart(name) ?? 0) + DUE_BUCKET_MS + BUCKET_GRACE_MS;
+}
+
+/** When a bucket's span begins, or undefined when `name` is not a bucket. */
+export function bucketStart(name: string): number | undefined {
+  const match = /^due_(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})$/.exec(name);
+  if (!match) return undefined;
+  const [, y, mo, d, h, mi, s] = match.map(Number) as number[];
+  return Date.UTC(y!, mo! - 1, d!, h!, mi!, s!);
+}
+
+/** Whether the change leaves the message waiting for a retry, with no owner: then it is parked. */
+export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boolean {
+  return doc.lease_owner === undefined && doc.due_at !== undefined;
+}
+
+const bucket = (store: Store, name: string): Collection<DuePointer> =>
+  store.intakeDb.collection<DuePointer>(name);
+
+/** The record, the listing entry, then the pointer: everything but the departure from the working set. */
+async function storeParked(store: Store, doc: MessageDoc): Promise<void> {
+  await storeRecord(store, doc);
+  const pointer: DuePointer = {
+    _id: `${doc._id}:${doc.version}`,
+    message: doc._id,
+    epoch: doc.lease_epoch,
+    version: doc.version,
+    due_at: doc.due_at!,
+  };
+  for (;;) {
+    // never into a bucket whose span has ended: a scheduler may be about to drop it
+    const name = bucketOf(Math.max(pointer.due_at.getTime(), Date.now()));
+    await retryTransient(async () => {
+      const [outcome] = await insertEach(bucket(store, name), [pointer]);
+      // the same message parked at the same version is this very pointer, stored by an earlier try
+      if (outcome && (outcome as { code?: number }).code !== 11000) throw outcome;
+    });
+    if (Date.now() <= bucketDroppableAt(name) - BUCKET_GRACE_MS / 2) return;
+  }
+}
+
+/**
+ * Parks a message of `messages` as its owner: the record, entry and pointer, then the working copy
+ * removed under the owner's fence. False when ownership was lost (the claimant carries on; the
+ * pointer then finds a newer copy and is dropped with its bucket).
+ */
+export async function parkAsOwner(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
+  await storeParked(store, doc);
+  return asOwnerWithRetries(owner, (tried) => store.writes.removals.submit(tried));
+}
+
+/**
+ * Parks a message that is still in its owner's intake; it departs the intake with the intake's
+ * drop. False when a claimant of a stale intake took it meanwhile (it holds the next epoch's lease).
+ */
+export async function parkFromIntake(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
+  await storeParked(store, doc);
+  if ((owner.heldUntil ?? 0) > performance.now()) return true;
+  return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
+}
+
+/** The buckets whose span has begun by `now`, oldest first. */
+export async function dueBuckets(store: Store, now: number): Promise<string[]> {
+  const collections = await store.intakeDb
+    .listCollections({ name: { $regex: `^${BUCKET_PREFIX}` } }, { nameOnly: true })
+    .toArray();
+  return collections
+    .map(({ name }) => ({ name, start: bucketStart(name) }))
+    .filter(
+      (entry): entry is { name: string; start: number } => entry.start !== undefined && entry.start <= now,
+    )
+    .sort((a, b) => a.start - b.start)
+    .map((entry) => entry.name);
+}
+
+/** A bucket's pointers, read whole, earliest due first. */
+export async function readBucket(store: Store, name: string): Promise<DuePointer[]> {
+  const pointers = await bucket(store, name).find({}).toArray();
+  return pointers.sort((a, b) => a.due_at.getTime() - b.due_at.getTime());
+}
+
+export async function dropBucket(store: Store, name: string): Promise<void> {
+  await store.intakeDb.dropCollection(name).catch(() => false);
+}
+
+/** The parked record of a message, by exact `_id` on the partition its id names. */
+async function findParked(store: Store, id: string): Promise<MessageDoc | null> {
+  const record = await store.db.collection<ArchivedRecord>(partitionOf('retry', id)).findOne({ _id: id });
+  return record ? unpackRecord(record) : null;
+}
+
+/**
+ * What became of a pointer: `claimed` with the message now in `messages`, owned by `owner`;
+ * `handled` when it needs nothing more (claimed by another process, parked again, replayed, final);
+ * `held` when another process holds the next epoch's lease and has not finished its claim yet.
+ */
+export type ParkedClaim = { outcome: 'claimed'; doc: MessageDoc } | { outcome: 'handled' | 'held' };
+
+/**
+ * Claims a parked message whose pointer is due: the lease of the next epoch, then (the record
+ * still at the pointer's version, no copy in the working set) the message into `messages`, then
+ * its record and listing entry out of the retry partitions.
+ */
+export async function claimParked(
+  store: Store,
+  pointer: DuePointer,
+  owner: string,
+  leaseMs: number,
+): Promise<ParkedClaim> {
+  const id = pointer.message;
+  const parked = await findParked(store, id);
+  if (parked?.version !== pointer.version) return { outcome: 'handled' };
+  const expiresAt = new Date(Date.now() + leaseMs);
+  const epoch = await takeLease(store, id, pointer.epoch, owner, expiresAt);
+  if (epoch === undefined) return { outcome: 'held' };
+  // under the lease: an earlier claimant whose lease expired may have carried the message on, or
+  // a crash between parking and leaving the working set left a working copy that was claimed
+  const [again, live, final] = await Promise.all([
+    findParked(store, id),
+    store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
+    findRecord(store, id, FINAL_KINDS),
+  ]);
+  const outcome =
+    again?.version !== pointer.version ? 'handled' : live ? 'held' : final ? 'handled' : undefined;
+  if (outcome || !again) {
+    await store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
+    // the message went on to its final record without this record being taken out: it goes now
+    if (again && final && !live)
+      await takeOutRecord(store, 'retry', again._id, final.version).catch(() => {});
+    return { outcome: outcome ?? 'handled' };
+  }
+  const doc = await insertAtEpoch(store, {
+    ...again,
+    lease_epoch: epoch,
+    lease_owner: owner,
+    due_at: expiresAt,
+    version: again.version + 1,
+    claims: (again.claims ?? 0) + 1,
+  });
+  if (!doc) return { outcome: 'held' };
+  // the working-set copy is the one listed and read from now on (its version is higher)
+  await retryTransient(() => takeOutRecord(store, 'retry', again._id, doc.version)).catch(() => {});
+  return { outcome: 'claimed', doc };
+}
+
+/** How many messages are parked: the pointers of every bucket (counts.ts, for the gauges). */
+export async function countParked(store: Store): Promise<number> {
+  const collections = await store.intakeDb
+    .listCollections({ name: { $regex: `^${BUCKET_PREFIX}` } }, { nameOnly: true })
+    .toArray();
+  const counts = await Promise.all(
+    collections.map(({ name }) => bucket(store, name).estimatedDocumentCount()),
+  );
+  return counts.reduce((sum, count) => sum + count, 0);
+}

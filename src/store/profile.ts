@@ -1,0 +1,63 @@
+// The backend profile: the one place where the store learns which database it talks to, and the
+// named flags by which it lays out and reads its data differently there. MongoDB (production) is
+// the plain profile, every flag off: indexes serve every filter. FerretDB 1.24 (the development
+// default and the tests' server) reads a whole collection for any filter but exactly `{_id: X}`
+// (../shared/FERRETDB.md), so its profile turns on the deviations that keep every read bounded.
+// README ("Backend profiles") tables each flag with its reason; store modules read the flags,
+// never the server's name.
+
+export type ProfileName = 'mongodb' | 'ferretdb';
+/** STORAGE_PROFILE: `auto` detects the server from `buildInfo` */
+export type ProfileSetting = ProfileName | 'auto';
+
+export interface BackendProfile {
+  readonly name: ProfileName;
+  /**
+   * An owner's fenced write reads its fence by exact `_id` first (skipped while the owner's lease
+   * holds) and then writes by `_id`, instead of fencing in the filter (fencing.ts): a filter of
+   * `{_id, lease_epoch, version}` reads the whole working set on FerretDB.
+   */
+  readonly fenceByIdRead: boolean;
+  /**
+   * Intake collections (intake.ts) and retry buckets (parking.ts) live in a database of their own:
+   * over SQLite a database is a file, and every collection created or dropped makes every
+   * connection to that file read its whole schema again.
+   */
+  readonly separateIntakeDatabase: boolean;
+  /**
+   * A message released until a retry is due leaves the working set (`messages`): its record goes to
+   * `retry_<day>`, its listing entry to `retry_list_<day>`, and a pointer to a bucket of its due
+   * minute (parking.ts), which the scheduler reads whole once it comes due. Without it the
+   * scheduler's poll, the listing and every gauge read every waiting message on each call. On
+   * MongoDB the message stays in `messages`, found by the `scheduled_due` index.
+   */
+  readonly parkRetries: boolean;
+}
+
+const PROFILES: Readonly<Record<ProfileName, BackendProfile>> = Object.freeze({
+  mongodb: Object.freeze({
+    name: 'mongodb',
+    fenceByIdRead: false,
+    separateIntakeDatabase: false,
+    parkRetries: false,
+  }),
+  ferretdb: Object.freeze({
+    name: 'ferretdb',
+    fenceByIdRead: true,
+    separateIntakeDatabase: true,
+    parkRetries: true,
+  }),
+});
+
+/** The profile of a server as its `buildInfo` describes it, unless a setting names one. */
+export function profileFor(
+  buildInfo: Record<string, unknown>,
+  setting: ProfileSetting = 'auto',
+): BackendProfile {
+  if (setting !== 'auto') return PROFILES[setting];
+  return PROFILES['ferretdbVersion' in buildInfo ? 'ferretdb' : 'mongodb'];
+}
+
+export function isProfileSetting(value: string): value is ProfileSetting {
+  return value === 'auto' || value in PROFILES;
+}
