@@ -4,9 +4,8 @@
 // disk, not mail), and never claims the message itself.
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import type { Intake } from '../store/intake.ts';
-import type { Store } from '../store/mongo.ts';
-import { removeAbandonedRecords } from '../store/working-set.ts';
+import type { Intake, Store } from '../store/queue.ts';
+import * as queue from '../store/queue.ts';
 
 /** how long a refused acceptance's late writes are looked for */
 const ABANDONED_WATCH_MS = 10 * 60_000;
@@ -39,7 +38,7 @@ export class AbandonedAcceptances {
         this.until.delete(id);
         this.intake.depart(id, false);
       }
-    const removed = await removeAbandonedRecords(store, [...this.until.keys()]);
+    const removed = await queue.abandon(store, [...this.until.keys()]);
     if (removed > 0)
       logger.warn(
         { event: EVENTS.smtpStoreFailed, removed },

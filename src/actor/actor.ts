@@ -13,10 +13,14 @@ import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries } from '../route/plan.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
-import type { Intake } from '../store/intake.ts';
-import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
-import type { Store } from '../store/mongo.ts';
-import { rawExists, readRaw } from '../store/raw.ts';
+import {
+  type DeliveryDoc,
+  type Intake,
+  type MessageDoc,
+  rawExists,
+  readRaw,
+  type Store,
+} from '../store/queue.ts';
 import { type Change, releaseChange } from './change.ts';
 import {
   decideAttempt,

@@ -2,7 +2,7 @@
 // and the history and attempts it appends. Decisions (decisions.ts) return these; the actor merges
 // the ones it holds back into its next write and applies each to its copy of the document.
 import type { HistoryEntry, MessageState } from '../lifecycle/lifecycle.ts';
-import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/messages.ts';
+import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/queue.ts';
 
 /**
  * One write: what changes, what is appended to the history and attempts, what is removed. A state

@@ -16,7 +16,7 @@ import {
 } from '../lifecycle/lifecycle.ts';
 import { type DeliveryEvent, FOLLOWS_DELIVERIES } from '../lifecycle/tables.ts';
 import type { DeliveryPlan } from '../route/plan.ts';
-import type { AttemptRecord, DeliveryDoc, MessageDoc, StoredAuth } from '../store/messages.ts';
+import type { AttemptRecord, DeliveryDoc, MessageDoc, StoredAuth } from '../store/queue.ts';
 import { type Change, releaseChange } from './change.ts';
 import {
   afterFailure,

@@ -4,11 +4,16 @@
 // A write that no longer matches means another process took the message over: OwnershipLost,
 // and every later write fails the same way.
 import type { UpdateFilter } from 'mongodb';
-import { archiveAsOwner, archiveFromIntake, isArchivable } from '../store/history.ts';
-import { type Intake, moveFromIntake } from '../store/intake.ts';
-import { type MessageDoc, type Ownership, scheduledAs } from '../store/messages.ts';
-import type { Store } from '../store/mongo.ts';
-import { writeAsOwner } from '../store/working-set.ts';
+import * as queue from '../store/queue.ts';
+import {
+  type Intake,
+  isArchivable,
+  isParkable,
+  type MessageDoc,
+  type Ownership,
+  type Store,
+  scheduledAs,
+} from '../store/queue.ts';
 import { applyChange, type Change, mergeChanges } from './change.ts';
 
 /**
@@ -30,6 +35,8 @@ export class OwnedMessage {
   /** fenced writes go one at a time: each expects the version the previous one produced */
   private writes: Promise<unknown> = Promise.resolve();
   private lost = false;
+  /** parked (parking.ts): nobody owns it now, and this owner's later writes (none expected) are refused */
+  private parked = false;
   /** taken in memory, written with the next write (see `defer`) */
   private deferred: Change | undefined;
   /** while the message is in this process's intake (intake.ts): never updated there, only moved */
@@ -62,6 +69,7 @@ export class OwnedMessage {
       if (this.lost) throw new OwnershipLost();
       const own = typeof changeOrDecide === 'function' ? changeOrDecide(this.current) : changeOrDecide;
       if (own === undefined) return;
+      if (this.parked) throw new OwnershipLost();
       const change = this.deferred ? mergeChanges(this.deferred, own) : own;
       const update: UpdateFilter<MessageDoc> = {};
       if (change.set) update.$set = change.set;
@@ -76,11 +84,15 @@ export class OwnedMessage {
         await this.archive(after);
         return;
       }
+      if (this.store.profile.parkRetries && isParkable(after)) {
+        await this.park(after);
+        return;
+      }
       if (this.intake) {
         await this.moveFromIntake(this.intake, own, change, after);
         return;
       }
-      const version = await writeAsOwner(this.store, this.owner, update);
+      const version = await queue.write(this.store, this.owner, update);
       if (version === undefined) {
         this.lost = true;
         throw new OwnershipLost();
@@ -100,9 +112,7 @@ export class OwnedMessage {
   private async archive(after: MessageDoc): Promise<void> {
     const version = this.owner.version + 1;
     const final = { ...after, version };
-    const archived = this.intake
-      ? await archiveFromIntake(this.store, this.owner, final)
-      : await archiveAsOwner(this.store, this.owner, final);
+    const archived = await queue.finish(this.store, this.owner, final, this.intake !== undefined);
     if (!archived) {
       this.lost = true;
       throw new OwnershipLost();
@@ -111,6 +121,26 @@ export class OwnedMessage {
     this.intake = undefined;
     this.owner = { ...this.owner, version };
     this.current = final;
+  }
+
+  /**
+   * Released until a retry is due, on a profile that parks such messages (parking.ts): the record,
+   * its entry and its due pointer, then the working set forgets it. This owner holds it no more:
+   * a later write of its (none is expected) is refused.
+   */
+  private async park(after: MessageDoc): Promise<void> {
+    const version = this.owner.version + 1;
+    const parked = { ...after, version };
+    const done = await queue.park(this.store, this.owner, parked, this.intake !== undefined);
+    if (!done) {
+      this.lost = true;
+      throw new OwnershipLost();
+    }
+    this.intake?.depart(after._id);
+    this.intake = undefined;
+    this.parked = true;
+    this.owner = { ...this.owner, version };
+    this.current = parked;
   }
 
   /**
@@ -123,7 +153,7 @@ export class OwnedMessage {
     change: Change,
     after: MessageDoc,
   ): Promise<void> {
-    const moved = await moveFromIntake(this.store, this.owner, after, intake.ownerName, intake.leaseMs);
+    const moved = await queue.moveIn(this.store, this.owner, after, intake.ownerName, intake.leaseMs);
     if (!moved) {
       this.lost = true;
       throw new OwnershipLost();

@@ -2,12 +2,9 @@
 // only while its raw bytes are kept (it is parsed again), and owned by this process, from the
 // working set (a failed message) or from its history partition (a final one).
 import { canReplay } from '../lifecycle/lifecycle.ts';
-import { restoreRecord } from '../store/history.ts';
-import { claimMessage } from '../store/leases.ts';
-import type { MessageDoc } from '../store/messages.ts';
-import type { Store } from '../store/mongo.ts';
-import { rawExists } from '../store/raw.ts';
-import { locateMessage } from '../store/reads.ts';
+import type { MessageDoc, Store } from '../store/queue.ts';
+import * as queue from '../store/queue.ts';
+import { locateMessage } from '../store/read-model.ts';
 
 export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
 
@@ -42,11 +39,11 @@ export async function takeForReplay(
   const { doc, inFlight } = found;
   if (!canReplay(doc.state) || owner.drives(id) || heldByOwner(doc)) return { outcome: 'invalid_state' };
   // a replay parses the message again: not possible once raw retention has removed its bytes
-  if (!(await rawExists(store, doc))) return { outcome: 'raw_expired' };
+  if (!(await queue.rawExists(store, doc))) return { outcome: 'raw_expired' };
   // a final message comes back from its history partition into the working set, owned by us
   const claimed = inFlight
-    ? await claimMessage(store, id, doc.lease_epoch, owner.name, owner.leaseMs)
-    : await restoreRecord(store, doc, owner.name, owner.leaseMs);
+    ? await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs)
+    : await queue.restore(store, doc, owner.name, owner.leaseMs);
   // someone else took it in between: it is being worked on, so not replayable now
   if (!claimed || !canReplay(claimed.state)) return { outcome: 'invalid_state' };
   return { outcome: 'ok', doc: claimed };

@@ -8,9 +8,8 @@ import os from 'node:os';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
-import { claimFromIntake, dropIntake, Intake, readIntake, staleIntakes } from '../store/intake.ts';
-import { claimMessage, deleteExpiredLeases, findDue } from '../store/leases.ts';
-import type { MessageDoc } from '../store/messages.ts';
+import * as queue from '../store/queue.ts';
+import { bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, type MessageDoc } from '../store/queue.ts';
 import { AbandonedAcceptances } from './abandoned.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 import { type ReplayOutcome, takeForReplay } from './replay.ts';
@@ -51,6 +50,8 @@ export class ActorSystem {
   private polling = false;
   /** stale intakes by when this process first found them so (see STALE_CONFIRM_MS) */
   private readonly staleSince = new Map<string, number>();
+  /** retry buckets (parking.ts) whose every pointer was handled when last read, by when */
+  private readonly settledBuckets = new Map<string, number>();
   private stopping: Promise<void> | undefined;
 
   constructor(options: ActorSystemOptions) {
@@ -76,7 +77,7 @@ export class ActorSystem {
     schedule(() => this.poll(), this.pollMs);
     schedule(() => this.renewLeases(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
     schedule(
-      () => deleteExpiredLeases(this.options.store, new Date(Date.now() - LEASE_KEEP_MS)),
+      () => queue.expireLeases(this.options.store, new Date(Date.now() - LEASE_KEEP_MS)),
       LEASE_CLEANUP_EVERY_MS,
     );
     schedule(() => this.abandoned.sweep(this.options.store, this.deps.logger), ABANDONED_SWEEP_MS);
@@ -141,6 +142,7 @@ export class ActorSystem {
     try {
       void this.intake.tick();
       await this.claimDue();
+      if (this.options.store.profile.parkRetries) await this.claimParked();
       await this.claimFromStaleIntakes();
     } finally {
       this.polling = false;
@@ -152,11 +154,11 @@ export class ActorSystem {
     const capacity = this.maxActors - this.running.size;
     if (capacity <= 0) return;
     const now = new Date();
-    const due = await findDue(this.options.store, now, Math.min(capacity, 100));
+    const due = await queue.dueForTakeOver(this.options.store, now, Math.min(capacity, 100));
     for (const candidate of due) {
       if (this.stopping) return;
       if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
-      const doc = await claimMessage(
+      const doc = await queue.takeOver(
         this.options.store,
         candidate._id,
         candidate.lease_epoch,
@@ -176,12 +178,58 @@ export class ActorSystem {
   }
 
   /**
+   * Claims parked messages whose retry is due (parking.ts), up to the free capacity: the buckets
+   * whose span has begun, oldest first, each read whole, earliest due first. A bucket whose every
+   * pointer is handled is not read again until it may be dropped (parking.ts), then read once
+   * more and dropped if that still holds.
+   */
+  private async claimParked(): Promise<void> {
+    const store = this.options.store;
+    const now = Date.now();
+    const names = await queue.dueRetryBuckets(store, now);
+    for (const name of this.settledBuckets.keys())
+      if (!names.includes(name)) this.settledBuckets.delete(name);
+    for (const name of names) {
+      const droppable = bucketDroppableAt(name) <= now;
+      if (this.settledBuckets.has(name) && !droppable) continue;
+      let left = 0;
+      for (const pointer of await queue.readRetryBucket(store, name)) {
+        if (this.stopping || this.running.size >= this.maxActors) return;
+        const id = pointer.message;
+        if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) {
+          left++;
+          continue;
+        }
+        const claim = await queue.claim(store, pointer, this.owner, this.options.leaseMs);
+        if (claim.outcome === 'held') left++;
+        if (claim.outcome !== 'claimed') continue;
+        this.deps.logger.debug(
+          { event: EVENTS.leaseTakenOver, message: claim.doc._id, epoch: claim.doc.lease_epoch },
+          'claimed a parked message',
+        );
+        this.spawn(claim.doc);
+        // a pointer this process claimed is handled: the bucket may settle at the next read
+        left++;
+      }
+      if (left > 0) {
+        this.settledBuckets.delete(name);
+      } else if (droppable) {
+        this.settledBuckets.delete(name);
+        await queue.dropRetryBucket(store, name);
+      } else if (bucketStart(name)! + DUE_BUCKET_MS <= now) {
+        // its span has ended and nothing in it waits: no need to read it until it may be dropped
+        this.settledBuckets.set(name, now);
+      }
+    }
+  }
+
+  /**
    * The messages of intakes whose owner should have dropped them by now (it died, or stalls): each
    * one due is taken over into `messages` (intake.ts); an intake with none left is dropped.
    */
   private async claimFromStaleIntakes(): Promise<void> {
     const now = Date.now();
-    const stale = await staleIntakes(this.options.store, now, this.options.leaseMs);
+    const stale = await queue.findStaleIntakes(this.options.store, now, this.options.leaseMs);
     const names = new Set(stale.map((entry) => entry._id));
     for (const name of this.staleSince.keys()) if (!names.has(name)) this.staleSince.delete(name);
     for (const entry of stale) {
@@ -189,7 +237,7 @@ export class ActorSystem {
       this.staleSince.set(entry._id, since);
       if (now - since < STALE_CONFIRM_MS) continue;
       let left = 0;
-      for (const doc of await readIntake(this.options.store, entry._id)) {
+      for (const doc of await queue.readStaleIntake(this.options.store, entry._id)) {
         if (this.stopping) return;
         const due = (doc.due_at?.getTime() ?? 0) <= now;
         if (
@@ -201,7 +249,12 @@ export class ActorSystem {
           left++;
           continue;
         }
-        const claimed = await claimFromIntake(this.options.store, doc, this.owner, this.options.leaseMs);
+        const claimed = await queue.takeOverFromIntake(
+          this.options.store,
+          doc,
+          this.owner,
+          this.options.leaseMs,
+        );
         if (claimed === 'departed') continue;
         if (!claimed) {
           left++;
@@ -216,7 +269,7 @@ export class ActorSystem {
       }
       if (left === 0) {
         this.intake.forget(entry._id);
-        await dropIntake(this.options.store, entry._id);
+        await queue.dropStaleIntake(this.options.store, entry._id);
       }
     }
   }

@@ -9,8 +9,7 @@ import { ServiceError } from '../errors/catalog.ts';
 import type { Parser } from '../parse/pool.ts';
 import { checkAttachmentUrl } from '../signing/attachment-url.ts';
 import type { Store } from '../store/mongo.ts';
-import { readRaw } from '../store/raw.ts';
-import { getMessage } from '../store/reads.ts';
+import { getMessage, readRaw } from '../store/read-model.ts';
 
 /** The path of the URL: isPublic (auth.ts) lets it through without the API key. */
 export const ATTACHMENT_PATH = /^\/messages\/[^/?]+\/attachments\/\d+$/;

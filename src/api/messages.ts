@@ -5,12 +5,16 @@ import type { ReplayOutcome } from '../actor/replay.ts';
 import { ServiceError } from '../errors/catalog.ts';
 import { MESSAGE_STATES } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
-import { isId } from '../store/ids.ts';
-import type { MessageSummary } from '../store/listing.ts';
-import type { MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
-import { openRawStream } from '../store/raw.ts';
-import { getMessage, listMessages, type MessageQuery } from '../store/reads.ts';
+import {
+  getMessage,
+  isId,
+  listMessages,
+  type MessageDoc,
+  type MessageQuery,
+  type MessageSummary,
+  openRawStream,
+} from '../store/read-model.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;

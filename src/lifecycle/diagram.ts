@@ -1,6 +1,8 @@
 // ARCHITECTURE.md's lifecycle diagram, drawn from the tables (a unit test keeps the two identical;
 // `node scripts/lifecycle-diagram.ts` prints it). One line per set of edges that share their
 // events and target: `from | from --event | event--> to`.
+
+import { FIRST_PLACE, PLACE_OWNERS, PLACE_TABLE, PLACES } from './places.ts';
 import {
   DELIVERY_STATES,
   DELIVERY_TABLE,
@@ -55,6 +57,19 @@ export function lifecycleDiagram(): string {
     '',
     'delivery (one per matched route, created routed)',
     ...lines(DELIVERY_STATES, DELIVERY_TABLE),
+    '```',
+  ].join('\n');
+}
+
+/** The places diagram as ARCHITECTURE.md holds it between its places markers (a fenced block). */
+export function placesDiagram(): string {
+  return [
+    '```',
+    `where a message lives (accept: into ${FIRST_PLACE})`,
+    ...lines(PLACES, PLACE_TABLE),
+    '',
+    'who writes it there',
+    ...PLACES.map((place) => `${place}: ${PLACE_OWNERS[place]}`),
     '```',
   ].join('\n');
 }

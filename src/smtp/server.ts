@@ -18,11 +18,8 @@ import type { Logger } from '../log/logger.ts';
 import { metrics, type SmtpReason } from '../metrics/metrics.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
-import { newId } from '../store/ids.ts';
-import type { AcceptedMessage, StoredAuth } from '../store/messages.ts';
-import type { Store } from '../store/mongo.ts';
-import { openRawUpload, type RawUpload } from '../store/raw.ts';
-import { insertAcceptedMessage } from '../store/working-set.ts';
+import type { AcceptedMessage, RawUpload, Store, StoredAuth } from '../store/queue.ts';
+import * as queue from '../store/queue.ts';
 import { withDeadline } from '../util/deadline.ts';
 import { observeLibraryRefusals, useOwnEnhancedCodes } from './replies.ts';
 
@@ -149,7 +146,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       due_at: new Date(receivedAt.getTime() + config.leaseTime),
       scheduled: true,
     };
-    await insertAcceptedMessage(store, doc, actors.intake, answered);
+    await queue.accept(store, doc, actors.intake, answered);
     return doc;
   }
 
@@ -230,8 +227,8 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     },
 
     onData(stream: SMTPServerDataStream, session, callback) {
-      const id = newId('m');
-      const upload = openRawUpload(store, id);
+      const id = queue.newId('m');
+      const upload = queue.openRawUpload(store, id);
       // the chunks as received, joined once at the end: stored from, then handed to the parse thread
       const chunks: Buffer[] = [];
       let bytes = 0;

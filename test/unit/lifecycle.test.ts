@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import test from 'ava';
 import type { Change } from '../../src/actor/change.ts';
 import { afterFailure, parseRetryDelayMs } from '../../src/actor/retry-policy.ts';
-import { lifecycleDiagram } from '../../src/lifecycle/diagram.ts';
+import { lifecycleDiagram, placesDiagram } from '../../src/lifecycle/diagram.ts';
 import {
   accept,
   canReplay,
@@ -18,6 +18,7 @@ import {
   messageStep,
   route,
 } from '../../src/lifecycle/lifecycle.ts';
+import { MOVES, PLACE_TABLE } from '../../src/lifecycle/places.ts';
 import {
   DELIVERY_EVENTS,
   DELIVERY_STATES,
@@ -30,6 +31,7 @@ import {
   type MessageEvent,
   type MessageStateName,
 } from '../../src/lifecycle/tables.ts';
+import * as queue from '../../src/store/queue.ts';
 
 const AT = new Date('2026-01-01T00:00:00Z');
 
@@ -174,6 +176,28 @@ test("ARCHITECTURE.md's lifecycle diagram is exactly the tables'", (t) => {
     between?.[1],
     lifecycleDiagram(),
     'run `node scripts/lifecycle-diagram.ts` and paste its output into ARCHITECTURE.md',
+  );
+});
+
+test("ARCHITECTURE.md's places diagram is exactly the table's", (t) => {
+  const architecture = readFileSync(new URL('../../ARCHITECTURE.md', import.meta.url), 'utf8');
+  const between = /<!-- places diagram: begin -->\n([\s\S]*?)\n<!-- places diagram: end -->/.exec(
+    architecture,
+  );
+  t.is(
+    between?.[1],
+    placesDiagram(),
+    'run `node scripts/lifecycle-diagram.ts places` and paste its output into ARCHITECTURE.md',
+  );
+});
+
+test('the queue seam has one function per move of the places table, and no move is unreachable', (t) => {
+  const camel = (move: string) => move.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+  for (const move of MOVES) t.is(typeof (queue as Record<string, unknown>)[camel(move)], 'function', move);
+  const reached = new Set<string>(Object.values(PLACE_TABLE).flatMap((moves) => Object.keys(moves)));
+  t.deepEqual(
+    MOVES.filter((move) => move !== 'accept' && !reached.has(move)),
+    [],
   );
 });
 

@@ -1,0 +1,159 @@
+// The queue seam's moves (src/store/queue.ts) against both backend profiles: the MongoDB profile's
+// code runs here on the test server too (FerretDB in CI), so the layout production runs is
+// exercised on every change. The same story for each profile: accept, park until a retry is due
+// (on FerretDB out of the working set; on MongoDB in it, found by the scheduler's query), claimed
+// when due and by one claimant only, fenced writes of an owner that lost it, finish, restore, and a
+// take-over from an intake whose owner died.
+import test from 'ava';
+import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
+import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
+import { idAt } from '../../src/store/ids.ts';
+import type { Store } from '../../src/store/mongo.ts';
+import type { ProfileName } from '../../src/store/profile.ts';
+import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
+import * as queue from '../../src/store/queue.ts';
+import { getMessage, listMessages } from '../../src/store/read-model.ts';
+import { openTestDatabase } from '../_support/db.ts';
+
+const PROFILES: ProfileName[] = ['ferretdb', 'mongodb'];
+
+function acceptedDoc(n: number, owner: string, leaseMs: number): AcceptedMessage {
+  const at = new Date();
+  const to = `u${n}@queue.example`;
+  return {
+    _id: idAt('m', at.getTime(), n),
+    message_id: `<q${n}@sender.example>`,
+    from: 's@sender.example',
+    to: [to],
+    subject: `queue ${n}`,
+    received_at: at,
+    envelope: { mail_from: 's@sender.example', rcpt_to: [to] },
+    domains: ['queue.example'],
+    size: 10,
+    ...accepted(at, 'from 127.0.0.1'),
+    attempts: [],
+    deliveries: [],
+    version: 1,
+    lease_epoch: 1,
+    lease_owner: owner,
+    due_at: new Date(at.getTime() + leaseMs),
+    scheduled: true,
+  };
+}
+
+async function openProfile(t: { teardown: (fn: () => Promise<void>) => void }, profile: ProfileName) {
+  const { store } = await openTestDatabase(`queue${profile}`, profile);
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.intakeDb.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  return store;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The scheduler's way to a message whose retry is due, on either profile: the claimed document or undefined. */
+async function claimWhenDue(store: Store, id: string, owner: string): Promise<MessageDoc | undefined> {
+  const now = Date.now();
+  if (store.profile.parkRetries) {
+    for (const name of await queue.dueRetryBuckets(store, now))
+      for (const pointer of await queue.readRetryBucket(store, name)) {
+        if (pointer.message !== id || pointer.due_at.getTime() > now) continue;
+        const claim = await queue.claim(store, pointer, owner, 5000);
+        return claim.outcome === 'claimed' ? claim.doc : undefined;
+      }
+    return undefined;
+  }
+  const due = await queue.dueForTakeOver(store, new Date(now), 100);
+  const found = due.find((candidate) => candidate._id === id);
+  return found && (await queue.takeOver(store, id, found.lease_epoch, owner, 5000, new Date(now)));
+}
+
+for (const profile of PROFILES) {
+  test(`${profile} profile: accept, park until due, one claimant, fenced writes, finish, restore`, async (t) => {
+    const store = await openProfile(t, profile);
+    t.is(store.profile.name, profile);
+    const intake = new queue.Intake(store, 'owner-a', 5000);
+    const doc = acceptedDoc(1, 'owner-a', 5000);
+    await queue.accept(store, doc, intake);
+    t.like(await getMessage(store, doc._id), { state: 'queued', version: 1 });
+    t.true((await listMessages(store, { limit: 10, offset: 0 })).some((one) => one._id === doc._id));
+
+    // released until a retry is due (a parse pool failure: still queued)
+    const owned = new OwnedMessage(store, doc, intake);
+    const dueAt = new Date(Date.now() + 1500);
+    await owned.write({ set: { parse_failures: 1, due_at: dueAt }, unset: ['lease_owner'] });
+    const waiting = await store.messages.findOne({ _id: doc._id });
+    if (store.profile.parkRetries) {
+      t.is(waiting, null, 'parked: out of the working set');
+      t.is((await queue.dueForTakeOver(store, new Date(dueAt.getTime() + 1000), 100)).length, 0);
+    } else {
+      t.like(waiting, { scheduled: true, due_at: dueAt, lease_epoch: 2 });
+      t.is(waiting?.lease_owner, undefined);
+    }
+    // readable by id and listed by its state while it waits
+    t.like(await getMessage(store, doc._id), { state: 'queued', parse_failures: 1 });
+    const listed = await listMessages(store, { limit: 10, offset: 0, state: 'queued' });
+    t.deepEqual(
+      listed.map((one) => one._id),
+      [doc._id],
+    );
+    // not claimed before it is due; then by one claimant only
+    t.is(await claimWhenDue(store, doc._id, 'owner-b'), undefined);
+    await sleep(dueAt.getTime() - Date.now() + 50);
+    const claimed = await claimWhenDue(store, doc._id, 'owner-b');
+    t.truthy(claimed, 'claimed once due');
+    t.is(claimed?.lease_owner, 'owner-b');
+    t.is(await claimWhenDue(store, doc._id, 'owner-c'), undefined, 'a second claimant gets nothing');
+    // the owner that released it writes nothing more
+    await t.throwsAsync(owned.write({ set: { parse_failures: 2 } }), { instanceOf: OwnershipLost });
+    t.like(await getMessage(store, doc._id), { lease_owner: 'owner-b', version: claimed!.version });
+    t.like(await store.messages.findOne({ _id: doc._id }), { lease_owner: 'owner-b' });
+
+    // the claimant finishes it (not MIME: dlq); the working set forgets it
+    const mine = new OwnedMessage(store, claimed!);
+    const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
+    await mine.write({
+      set: { state: step.state, error: 'not MIME' },
+      unset: ['due_at', 'lease_owner'],
+      history: [step.entry],
+    });
+    t.is(await store.messages.findOne({ _id: doc._id }), null);
+    const final = await getMessage(store, doc._id);
+    t.like(final, { state: 'dlq', error: 'not MIME' });
+    t.deepEqual(
+      (await listMessages(store, { limit: 10, offset: 0, state: 'dlq' })).map((one) => one._id),
+      [doc._id],
+    );
+    t.deepEqual(await listMessages(store, { limit: 10, offset: 0, state: 'queued' }), []);
+
+    // an operator's replay restores it at the next epoch, once
+    const restored = await queue.restore(store, final!, 'owner-d', 5000);
+    t.is(restored?.lease_epoch, (claimed?.lease_epoch ?? 0) + 1);
+    t.is(await queue.restore(store, final!, 'owner-e', 5000), undefined);
+    t.like(await getMessage(store, doc._id), { lease_owner: 'owner-d' });
+  });
+
+  test(`${profile} profile: an intake whose owner died is taken over; the dead owner's writes are refused`, async (t) => {
+    const store = await openProfile(t, profile);
+    // a short lease: the intake's span is a quarter of it, and it is stale half a lease after its end
+    const leaseMs = 800;
+    const intake = new queue.Intake(store, 'owner-a', leaseMs);
+    const doc = acceptedDoc(2, 'owner-a', leaseMs);
+    await queue.accept(store, doc, intake);
+    await sleep(leaseMs + 200);
+    const stale = await queue.findStaleIntakes(store, Date.now(), leaseMs);
+    t.true(stale.length >= 1);
+    let taken: MessageDoc | 'departed' | undefined;
+    for (const entry of stale)
+      for (const one of await queue.readStaleIntake(store, entry._id))
+        if (one._id === doc._id) taken = await queue.takeOverFromIntake(store, one, 'owner-b', 5000);
+    t.like(taken, { lease_epoch: 2, lease_owner: 'owner-b' });
+    // the dead owner, back, cannot write it: its first write would move it to epoch 2, which is taken
+    const late = new OwnedMessage(store, doc, intake);
+    await t.throwsAsync(late.write({ set: { parse_failures: 1 } }), { instanceOf: OwnershipLost });
+    t.like(await getMessage(store, doc._id), { lease_owner: 'owner-b', lease_epoch: 2 });
+    t.is((await getMessage(store, doc._id))?.parse_failures, undefined);
+  });
+}
