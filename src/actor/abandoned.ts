@@ -13,10 +13,10 @@ const ABANDONED_WATCH_MS = 10 * 60_000;
 export class AbandonedAcceptances {
   /** id -> when to stop looking */
   private readonly until = new Map<string, number>();
-  private readonly intake: Intake;
+  private readonly intake: Intake | undefined;
 
   /** the intake the refused messages were to go into: each one leaves it once no longer watched */
-  constructor(intake: Intake) {
+  constructor(intake: Intake | undefined) {
     this.intake = intake;
   }
 
@@ -36,7 +36,7 @@ export class AbandonedAcceptances {
     for (const [id, until] of this.until)
       if (now > until) {
         this.until.delete(id);
-        this.intake.depart(id, false);
+        this.intake?.depart(id, false);
       }
     const removed = await queue.abandon(store, [...this.until.keys()]);
     if (removed > 0)

@@ -44,7 +44,7 @@ export class ActorSystem {
   private readonly pollMs: number;
   private timers: NodeJS.Timeout[] = [];
   /** where this process's accepted messages wait until final or their first other write */
-  readonly intake: Intake;
+  readonly intake: Intake | undefined;
   /** acceptances answered 451 whose record may still land */
   private readonly abandoned: AbandonedAcceptances;
   private polling = false;
@@ -58,7 +58,9 @@ export class ActorSystem {
     this.options = options;
     this.deps = { ...options, logger: options.logger.child({ owner: this.owner }) };
     this.maxActors = options.maxActors ?? 1000;
-    this.intake = new Intake(options.store, this.owner, options.leaseMs);
+    this.intake = options.store.profile.intakeCollections
+      ? new Intake(options.store, this.owner, options.leaseMs)
+      : undefined;
     this.abandoned = new AbandonedAcceptances(this.intake);
     // poll often enough for short leases and retry delays (tests and drills), at most once a second
     const shortestDelay = Math.min(...options.retryDelays, options.leaseMs);
@@ -140,7 +142,7 @@ export class ActorSystem {
     if (this.polling || this.stopping) return;
     this.polling = true;
     try {
-      void this.intake.tick();
+      void this.intake?.tick();
       await this.claimDue();
       if (this.options.store.profile.parkRetries) await this.claimParked();
       await this.claimFromStaleIntakes();
@@ -268,7 +270,7 @@ export class ActorSystem {
         this.spawn(claimed);
       }
       if (left === 0) {
-        this.intake.forget(entry._id);
+        this.intake?.forget(entry._id);
         await queue.dropStaleIntake(this.options.store, entry._id);
       }
     }
@@ -295,7 +297,7 @@ export class ActorSystem {
       await Promise.race([all, deadline]);
       clearTimeout(timer);
       // what this process's intakes hold has all left them: nothing more will come
-      await this.intake.tick(true);
+      await this.intake?.tick(true);
     })();
     return this.stopping;
   }

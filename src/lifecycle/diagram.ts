@@ -2,7 +2,7 @@
 // `node scripts/lifecycle-diagram.ts` prints it). One line per set of edges that share their
 // events and target: `from | from --event | event--> to`.
 
-import { FIRST_PLACE, PLACE_OWNERS, PLACE_TABLE, PLACES } from './places.ts';
+import { FIRST_PLACES, PLACE_OWNERS, PLACE_TABLE, PLACES } from './places.ts';
 import {
   DELIVERY_STATES,
   DELIVERY_TABLE,
@@ -65,7 +65,7 @@ export function lifecycleDiagram(): string {
 export function placesDiagram(): string {
   return [
     '```',
-    `where a message lives (accept: into ${FIRST_PLACE})`,
+    `where a message lives (accept: into ${FIRST_PLACES[0]}; ${FIRST_PLACES[1]} where the profile has no intakes)`,
     ...lines(PLACES, PLACE_TABLE),
     '',
     'who writes it there',

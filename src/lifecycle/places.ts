@@ -8,14 +8,15 @@ export type PlaceName = (typeof PLACES)[number];
 /** Who writes a message in each place, and how its writes are fenced. */
 export const PLACE_OWNERS: Readonly<Record<PlaceName, string>> = Object.freeze({
   intake: 'the accepting process, epoch 1 from the insert; insert-only (a departure note ends it)',
-  working_set: 'the holder of lease <id>:<epoch>; every write matches {_id, lease_epoch, version}',
+  working_set:
+    'the holder of lease <id>:<epoch> (epoch 1: its acceptor); every write matches {_id, lease_epoch, version}',
   parked: 'nobody: the first to insert lease <id>:<epoch+1> when its pointer is due claims it',
   record: 'nobody: replaced only by the message final again after a replay',
   gone: 'nobody: its sender was told 451 and sends it again',
 });
 
 export const MOVES = Object.freeze([
-  'accept', // stored before the 250: into this process's intake
+  'accept', // stored before the 250: into this process's intake, or the working set where the profile has no intakes
   'move_in', // the first write other than the final one: out of the intake at epoch 2
   'take_over', // its owner's lease expired (or its intake went stale): the next epoch, by a unique lease insert
   'park', // released until a retry is due, on a profile that parks (parking.ts)
@@ -47,5 +48,5 @@ export const PLACE_TABLE: Table = Object.freeze({
   gone: Object.freeze({}),
 });
 
-/** Where a message accepted now lives first. */
-export const FIRST_PLACE = 'intake' satisfies PlaceName;
+/** Where a message accepted now lives first: its intake, or the working set (profile.ts, `intakeCollections`). */
+export const FIRST_PLACES: readonly PlaceName[] = Object.freeze(['intake', 'working_set']);

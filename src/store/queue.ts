@@ -52,13 +52,14 @@ export { bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, isArchivable, is
 // ---------- accept ----------
 
 /**
- * accept: a newly accepted message into this process's intake, durably (after this resolves an
- * SMTP 250 may be sent). Nothing is sent once `refused` is aborted (the sender was told 451).
+ * accept: a newly accepted message into this process's intake (or, where the profile has none,
+ * into `messages`), durably: after this resolves an SMTP 250 may be sent. Nothing is sent once
+ * `refused` is aborted (the sender was told 451).
  */
 export function accept(
   store: Store,
   doc: AcceptedMessage,
-  intake: Intake,
+  intake: Intake | undefined,
   refused?: AbortSignal,
 ): Promise<void> {
   return insertAcceptedMessage(store, doc, intake, refused);

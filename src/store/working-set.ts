@@ -7,7 +7,13 @@ import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import { fromIntake, type Intake, listIntakes } from './intake.ts';
-import { type AcceptedMessage, type MessageDoc, type Ownership, scheduling } from './messages.ts';
+import {
+  type AcceptedMessage,
+  type MessageDoc,
+  type Ownership,
+  scheduledAs,
+  scheduling,
+} from './messages.ts';
 import type { Store } from './mongo.ts';
 import { packIntake } from './records.ts';
 
@@ -20,9 +26,10 @@ import { packIntake } from './records.ts';
 export async function insertAcceptedMessage(
   store: Store,
   doc: AcceptedMessage,
-  intake: Intake,
+  intake: Intake | undefined,
   refused?: AbortSignal,
 ): Promise<void> {
+  if (!intake) return insertIntoMessages(store, doc, refused);
   await retryTransient(
     async () => {
       const name = await intake.admit(doc._id);
@@ -48,6 +55,25 @@ export async function insertAcceptedMessage(
     // two more tries at most: the sender is waiting for its answer
     2,
   );
+}
+
+/** The same, where the profile has no intakes: into `messages`, batched across messages. */
+async function insertIntoMessages(store: Store, doc: AcceptedMessage, refused?: AbortSignal): Promise<void> {
+  await retryTransient(async () => {
+    if (refused?.aborted) throw new Error('the sender was told 451: not stored');
+    try {
+      const outcome = await store.writes.messageInserts.submit(scheduledAs(doc));
+      if (outcome) throw outcome;
+    } catch (err) {
+      // ours (an earlier try that was applied) or another process's message with the same id
+      if (
+        isDuplicateKey(err) &&
+        (await store.messages.countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
+      )
+        return;
+      throw err;
+    }
+  }, 2);
 }
 
 /**

@@ -7,7 +7,7 @@ import type { RawDocument } from './documents.ts';
 import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
 import { appendEntriesOf } from './listing.ts';
-import type { Ownership } from './messages.ts';
+import type { MessageDoc, Ownership } from './messages.ts';
 import { parsePartitionName, partitionOf, type RecordKind } from './partitions.ts';
 import type { Archived, ArchivedRecord, IntakeRecord } from './records.ts';
 
@@ -17,6 +17,8 @@ export interface StoreWrites {
   readonly rawInserts: BatcherPerName<RawDocument, Error | undefined>;
   /** newly accepted messages, packed (records.ts), per intake (working-set.ts, intake.ts) */
   readonly intakeInserts: BatcherPerName<IntakeRecord, Error | undefined>;
+  /** newly accepted messages into `messages`, where the profile has no intakes (working-set.ts) */
+  readonly messageInserts: Batcher<MessageDoc, Error | undefined>;
   /** the owners' fenced updates: true when the write is in (working-set.ts) */
   readonly ownerWrites: Batcher<OwnerWrite, boolean>;
   /** final records and their listing entries, per history partition (history.ts) */
@@ -114,6 +116,11 @@ export function buildWrites(connection: Connection): StoreWrites {
             insertEach(connection.intakeDb.collection<IntakeRecord>(name), docs),
         }),
     ),
+    messageInserts: new Batcher({
+      maxInFlight: 1,
+      maxBatch: 100,
+      flush: (docs: MessageDoc[]) => insertEach(connection.messages, docs),
+    }),
     // small bulk updates: FerretDB 1.24 keeps every statement's query (and its PostgreSQL
     // connection) open until the whole command ends, and waits for one more for each write; a
     // bulk update as large as its pool (50) deadlocks the server for good

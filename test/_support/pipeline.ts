@@ -3,7 +3,7 @@
 import type { ExecutionContext } from 'ava';
 import { type ServiceProcess, startService } from '../../scripts/service-process.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
-import { databaseUri, freshDbName } from './db.ts';
+import { databaseUri, freshDbName, testProfile } from './db.ts';
 import { ApiClient } from './http.ts';
 import { WebhookReceiver } from './receiver.ts';
 
@@ -131,7 +131,7 @@ export async function startHoldingPipeline(
   const pipe = await startPipeline(t, { label });
   await routeTo(pipe, domain, '/in');
   pipe.receiver.on('/in', { status: 204, delayMs: holdMs });
-  const store = await openStore({ uri: pipe.uri, ensureIndexes: false });
+  const store = await openStore({ uri: pipe.uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
   return { ...pipe, store };
 }

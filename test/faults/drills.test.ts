@@ -8,6 +8,7 @@ import test, { type ExecutionContext } from 'ava';
 import { type ServiceProcess, startService } from '../../scripts/service-process.ts';
 import { startLocalServer } from '../../src/local-db/server.ts';
 import { openStore } from '../../src/store/mongo.ts';
+import { testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
 import { mimeBombs } from '../_support/mime-bombs.ts';
@@ -67,7 +68,7 @@ async function setup(t: ExecutionContext, label: string) {
   const uri = await databaseFor(label);
   const receiver = await WebhookReceiver.start();
   t.teardown(() => receiver.close());
-  const store = await openStore({ uri, ensureIndexes: false });
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
   return { uri, receiver, store };
 }
@@ -354,7 +355,7 @@ test.serial(
         .sort((a, b) => a.repliedAt - b.repliedAt)[0];
       return first ? first.repliedAt - o.to : Number.POSITIVE_INFINITY;
     });
-    const store = await openStore({ uri, ensureIndexes: false });
+    const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
     t.teardown(() => store.close());
     const records = results.map((r) => ({
       seq: r.seq,

@@ -7,6 +7,7 @@ import test from 'ava';
 import { attachmentUrl } from '../../src/signing/attachment-url.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
+import { testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { checkSchema } from '../_support/openapi.ts';
 import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -146,7 +147,7 @@ test.serial('a changed URL is 403: signature, attachment number, expiry', async 
 });
 
 test.serial('an expired URL is 403; after the original is removed, 410', async (t) => {
-  const store = await openStore({ uri: pipe.uri, ensureIndexes: false });
+  const store = await openStore({ uri: pipe.uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
   // the service's own key, read where every worker reads it: a URL signed correctly but expired
   const key = await store.db

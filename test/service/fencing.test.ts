@@ -9,7 +9,7 @@ import { claimMessage, findDue } from '../../src/store/leases.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { writeAsOwner } from '../../src/store/working-set.ts';
-import { databaseUri, freshDbName, openTestDatabase } from '../_support/db.ts';
+import { databaseUri, freshDbName, openTestDatabase, testProfile } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 import { startReplyCutter } from '../_support/reply-cutter.ts';
 
@@ -70,7 +70,12 @@ test('owners write and remove only at their epoch and version, retries included'
 
 test('an owner write whose reply was lost is tried again and goes in once, even while the lease holds', async (t) => {
   const cutter = await startReplyCutter(await databaseUri());
-  const store = await openStore({ uri: cutter.uri, dbName: freshDbName('lostreply'), ensureIndexes: false });
+  const store = await openStore({
+    uri: cutter.uri,
+    profile: testProfile(),
+    dbName: freshDbName('lostreply'),
+    ensureIndexes: false,
+  });
   t.teardown(async () => {
     await store.db.dropDatabase().catch(() => {});
     await store.close();

@@ -22,6 +22,7 @@ import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import { type ArchivedRecord, packRecord } from '../../src/store/records.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
+import { testProfile } from '../_support/db.ts';
 import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -94,7 +95,7 @@ test('a final message leaves the working set for its day, and is still read by i
   await waitForState(api, delivered, ['delivered']);
   await waitForState(api, dead, ['dlq'], 30_000);
 
-  const store = await openStore({ uri, ensureIndexes: false });
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
   // the working set forgets a final message (its removal follows the archiving at once)
   await waitUntil(

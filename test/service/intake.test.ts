@@ -20,7 +20,7 @@ import { insertRawMany } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import { type IntakeRecord, packIntake } from '../../src/store/records.ts';
 import { insertAcceptedMessage } from '../../src/store/working-set.ts';
-import { openTestDatabase } from '../_support/db.ts';
+import { openTestDatabase, testProfile } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
@@ -60,7 +60,7 @@ test('a message whose delivery is retried moves into messages at the next epoch,
   const { service, api, receiver, uri } = await startPipeline(t, { label: 'intake-move' });
   await routeTo({ api, receiver }, 'move.example', '/in');
   receiver.on('/in', { status: 500 });
-  const store = await openStore({ uri, ensureIndexes: false });
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
 
   const id = acceptedId(
@@ -85,7 +85,7 @@ test('a message whose delivery is retried moves into messages at the next epoch,
 test('the messages of an intake whose owner is gone are taken over, delivered once, and the intake dropped', async (t) => {
   const { api, receiver, uri } = await startPipeline(t, { label: 'intake-stale' });
   await routeTo({ api, receiver }, 'stale.example', '/in');
-  const store = await openStore({ uri, ensureIndexes: false });
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
 
   // a process (number 999999) that accepted two messages a minute ago and died: its intake, as it

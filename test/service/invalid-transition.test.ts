@@ -3,6 +3,7 @@
 import test from 'ava';
 import { newId } from '../../src/store/ids.ts';
 import { openStore } from '../../src/store/mongo.ts';
+import { testProfile } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 import { routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 
@@ -11,7 +12,7 @@ test('a message in a state the actor cannot drive goes to dlq with the reason, l
   await routeTo({ api, receiver }, 'invalid.example', '/i');
   // `parsed` is never stored (routing is written with it): as a bug that stored it would leave it,
   // due now and owned by nobody, so that the scheduler claims it
-  const store = await openStore({ uri, ensureIndexes: false });
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
   t.teardown(() => store.close());
   const id = newId('m');
   const stuck = workingSetDoc(id, 'a@invalid.example', {
