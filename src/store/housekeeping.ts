@@ -10,7 +10,7 @@ import { readIntakes } from './intake.ts';
 import { appendEntries, entryOf, unlistedPartitions } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { dayEnd, idMs, type Partition } from './partitions.ts';
+import { dayEnd, idMs, type Partition, partitionAt, partitionKeyOf } from './partitions.ts';
 import { type ArchivedRecord, unpackRecord } from './records.ts';
 
 export interface HousekeepingOptions {
@@ -49,6 +49,18 @@ interface MetaDoc {
   newest_received_at: Date;
 }
 
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
+/** The partitions made ahead of the hot path (createAhead), by how far ahead of now. */
+const AHEAD = Object.freeze([
+  { kind: 'history', spans: [0, DAY_MS] },
+  { kind: 'dlq', spans: [0, DAY_MS] },
+  { kind: 'raw', spans: [0, DAY_MS] },
+  { kind: 'dlq_list', spans: [0, DAY_MS] },
+  { kind: 'merged_list', spans: [0, DAY_MS] },
+  { kind: 'delivered_list', spans: [0, HOUR_MS, 2 * HOUR_MS] },
+] as const);
+
 const pause = () => new Promise((resolve) => setTimeout(resolve, STEP_PAUSE_MS).unref());
 
 export class Housekeeping {
@@ -65,12 +77,14 @@ export class Housekeeping {
   /** Runs soon after start, then every `everyMs`; failures are logged and tried at the next run. */
   start(): void {
     const run = () =>
-      void this.runOnce().catch((err: unknown) =>
-        this.options.logger.warn(
-          { err, event: EVENTS.housekeepingFailed },
-          'housekeeping failed; trying later',
-        ),
-      );
+      void this.createAhead()
+        .then(() => this.runOnce())
+        .catch((err: unknown) =>
+          this.options.logger.warn(
+            { err, event: EVENTS.housekeepingFailed },
+            'housekeeping failed; trying later',
+          ),
+        );
     setTimeout(run, 5000).unref();
     this.timer = setInterval(run, this.options.everyMs ?? 10 * 60_000);
     this.timer.unref();
@@ -147,6 +161,34 @@ export class Housekeeping {
   }
 
   /** When the messages in flight were accepted. */
+  /**
+   * Creates the partitions the hot path will write next (this day's and the next, this hour's and
+   * the next two) before it gets there, so that no final record or raw insert creates a collection:
+   * on MongoDB that is a replicated catalog change. A GridFS bucket (messages over 4 MB) is still
+   * made by its first upload.
+   */
+  async createAhead(): Promise<string[]> {
+    const { store } = this.options;
+    const now = this.now();
+    const names = AHEAD.flatMap(({ kind, spans }) =>
+      spans.map((ahead) => partitionAt(kind, partitionKeyOf(kind, now + ahead)).name),
+    );
+    const wanted = store.profile.parkRetries
+      ? [
+          ...names,
+          ...[0, DAY_MS].map((ahead) => partitionAt('retry', partitionKeyOf('retry', now + ahead)).name),
+        ]
+      : names;
+    const created: string[] = [];
+    for (const name of wanted) {
+      if (await store.partitions.has(name)) continue;
+      await store.db.createCollection(name).catch(() => undefined); // made meanwhile: as good
+      store.partitions.note(name);
+      created.push(name);
+    }
+    return created;
+  }
+
   private async inFlightTimes(): Promise<number[]> {
     const { store } = this.options;
     const [live, intakes, parked] = await Promise.all([

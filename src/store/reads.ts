@@ -310,8 +310,7 @@ async function sourcesToRead(
   for (const partition of catalog) if (listed.has(partition.kind)) add(partition);
   for (const partition of unlistedPartitions(catalog))
     if (kinds.includes(partition.kind as RecordKind)) add(partition, true);
-  const until = before ? idMs(before) : undefined;
-  return [...sources.values()]
-    .filter((source) => until === undefined || source.start <= until)
-    .sort((a, b) => b.end - a.end);
+  // partitions made ahead of their time (housekeeping.ts) hold nothing yet
+  const until = before ? Math.min(idMs(before), now) : now;
+  return [...sources.values()].filter((source) => source.start <= until).sort((a, b) => b.end - a.end);
 }

@@ -22,7 +22,7 @@ import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import { type ArchivedRecord, packRecord } from '../../src/store/records.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
-import { testProfile } from '../_support/db.ts';
+import { openTestDatabase, testProfile } from '../_support/db.ts';
 import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -75,6 +75,32 @@ async function deliverAsOwner(store: Store, restored: MessageDoc): Promise<boole
 async function collectionNames(store: Store): Promise<Set<string>> {
   return new Set((await store.db.listCollections({}, { nameOnly: true }).toArray()).map((c) => c.name));
 }
+
+test('the partitions the hot path writes next are made ahead of it, once', async (t) => {
+  const { store } = await openTestDatabase('ahead');
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  const now = Date.parse('2026-03-04T23:30:00Z');
+  const housekeeping = defaultHousekeeping(store, now);
+  const created = await housekeeping.createAhead();
+  const names = await collectionNames(store);
+  for (const name of [
+    'history_20260304',
+    'history_20260305',
+    'dlq_20260305',
+    'raw_20260305',
+    'dlq_list_20260305',
+    'merged_list_20260305',
+    'delivered_list_2026030423',
+    'delivered_list_2026030500',
+    'delivered_list_2026030501',
+  ])
+    t.true(names.has(name), name);
+  t.is(created.length >= 9, true);
+  t.deepEqual(await housekeeping.createAhead(), [], 'nothing made twice');
+});
 
 test('a final message leaves the working set for its day, and is still read by id and in listings', async (t) => {
   const { service, api, receiver, uri } = await startPipeline(t, { label: 'archive' });
