@@ -116,17 +116,37 @@ async function unpack(set: EntrySet): Promise<ListingEntry[]> {
 }
 
 /**
- * Entry sets decoded lately, by namespace and set id, the least recently used first. A set never
- * changes (a merge writes a new one), and the newest partitions' sets are read by every first page:
- * decompressing and parsing them again each time cost a tenth of the API's CPU, and its garbage.
- * Bounded by the entries held (about 300 bytes each).
+ * One entry set as a reader uses it: its entries newest first, and each id's highest version in it
+ * (which tells whether an entry of another set is superseded). A set never changes (a merge writes
+ * a new one), so each process decodes and sorts it once.
  */
-const decoded = new Map<string, ListingEntry[]>();
-let decodedEntries = 0;
-const DECODED_MAX_ENTRIES = 50_000;
+interface DecodedSet {
+  newestFirst: readonly ListingEntry[];
+  versions: ReadonlyMap<string, number>;
+}
 
-/** The decoded entries of set `id` of `namespace`, if kept: now the most recently used. */
-function recall(namespace: string, id: ObjectId): ListingEntry[] | undefined {
+function decodedSet(entries: ListingEntry[]): DecodedSet {
+  const versions = new Map<string, number>();
+  for (const entry of entries)
+    if ((versions.get(entry._id) ?? -1) < entry.version) versions.set(entry._id, entry.version);
+  const newestFirst = entries.sort((a, b) =>
+    a._id < b._id ? 1 : a._id > b._id ? -1 : b.version - a.version,
+  );
+  return { newestFirst, versions };
+}
+
+/**
+ * Entry sets decoded lately, by namespace and set id, the least recently used first. The newest
+ * partitions' sets are read by every first page: decompressing, parsing and sorting them again each
+ * time cost a tenth of the API's CPU, and its garbage. Bounded by the entries held (about 300
+ * bytes each, and a map slot): a day of a large retry backlog fits.
+ */
+const decoded = new Map<string, DecodedSet>();
+let decodedEntries = 0;
+const DECODED_MAX_ENTRIES = 200_000;
+
+/** The decoded set `id` of `namespace`, if kept: now the most recently used. */
+function recall(namespace: string, id: ObjectId): DecodedSet | undefined {
   const key = `${namespace}/${id.toHexString()}`;
   const kept = decoded.get(key);
   if (kept) {
@@ -136,18 +156,18 @@ function recall(namespace: string, id: ObjectId): ListingEntry[] | undefined {
   return kept;
 }
 
-async function unpackKept(namespace: string, set: EntrySet): Promise<ListingEntry[]> {
+async function unpackKept(namespace: string, set: EntrySet): Promise<DecodedSet> {
   const kept = recall(namespace, set._id);
   if (kept) return kept;
-  const entries = await unpack(set);
-  decoded.set(`${namespace}/${set._id.toHexString()}`, entries);
-  decodedEntries += entries.length;
+  const one = decodedSet(await unpack(set));
+  decoded.set(`${namespace}/${set._id.toHexString()}`, one);
+  decodedEntries += one.newestFirst.length;
   for (const [oldest, old] of decoded) {
     if (decodedEntries <= DECODED_MAX_ENTRIES) break;
     decoded.delete(oldest);
-    decodedEntries -= old.length;
+    decodedEntries -= old.newestFirst.length;
   }
-  return entries;
+  return one;
 }
 
 /** The listing partition that lists the record of message `id` of `kind`. */
@@ -201,26 +221,6 @@ function mergedPartitionFor(name: string): string {
   return partitionName('merged_list', partition.key.slice(0, 8));
 }
 
-/**
- * A listing partition's current summaries, newest first, by namespace and the ids of the sets
- * they were made of: a first page asks for the same ones again and again, and sorting an hour's
- * entries anew each time cost 1-3 ms of the API's CPU per request at 4,000 messages an hour.
- * Shared with every reader: never changed. Bounded like `decoded`, whose entries it refers to.
- */
-const views = new Map<string, readonly MessageSummary[]>();
-let viewEntries = 0;
-const VIEWS_MAX_ENTRIES = 50_000;
-
-function keepView(key: string, view: readonly MessageSummary[]): void {
-  views.set(key, view);
-  viewEntries += view.length;
-  for (const [oldest, old] of views) {
-    if (viewEntries <= VIEWS_MAX_ENTRIES) break;
-    views.delete(oldest);
-    viewEntries -= old.length;
-  }
-}
-
 /** Namespaces (database.collection) this process is merging now. */
 const merging = new Set<string>();
 
@@ -228,42 +228,86 @@ const merging = new Set<string>();
 const MISSING_SET_RETRIES = 3;
 
 /**
- * The current entries of one listing partition (removed ones left out), newest first. Shared with
- * other readers: never to be changed.
- * Reading more than a few entry sets merges them in the background: the merged set is inserted
- * (and pointed to) before the sets it replaces are deleted, so a concurrent reader sees every
- * entry (perhaps twice, which `latest` absorbs), and two processes merging at once only leave two
- * sets to merge later.
+ * The first `want` current entries of one listing partition (removed and superseded ones left
+ * out) that `matches` takes, newest first, older than `before` when given. The partition's sets
+ * are walked side by side from the cursor (each sorted once per process), and an entry counts only
+ * if no set holds its id at a higher version: a page costs the page and the number of sets, never
+ * the partition's entries.
+ * Reading more than a few small sets merges those (never the merged ones) in the background: the
+ * merged set is inserted (and pointed to) before the sets it replaces are deleted, so a concurrent
+ * reader sees every entry (perhaps twice, which the walk absorbs), and each entry is merged once.
  */
-export async function readEntries(store: Connection, name: string): Promise<readonly MessageSummary[]> {
+export async function readPage(
+  store: Connection,
+  name: string,
+  want: number,
+  matches: (summary: MessageSummary) => boolean,
+  before: string | undefined,
+): Promise<MessageSummary[]> {
   const collection = store.db.collection<EntrySet>(name);
   const namespace = collection.namespace;
   for (let attempt = 0; ; attempt++) {
     const sets = await collection.find({}).toArray();
-    const key = `${namespace}/${sets
-      .map((set) => set._id.toHexString())
-      .sort()
-      .join(',')}`;
-    const kept = views.get(key);
-    if (kept) {
-      views.delete(key);
-      views.set(key, kept);
-      return kept;
-    }
-    // shared with other readers (see `decoded`): read, never changed
     const decodedSets = await Promise.all(sets.map((set) => entriesOf(store, name, namespace, set)));
     if (decodedSets.includes(undefined) && attempt < MISSING_SET_RETRIES) continue;
-    const all = decodedSets.flatMap((entries) => entries ?? []);
-    if (sets.length > MERGE_ABOVE && !merging.has(namespace)) {
+    const small = sets.filter((set) => !set.merged);
+    if (small.length > MERGE_ABOVE && !merging.has(namespace)) {
       merging.add(namespace);
-      void merge(store, name, sets, all).finally(() => merging.delete(namespace));
+      const entries = small.flatMap((set) => [...(decodedSets[sets.indexOf(set)]?.newestFirst ?? [])]);
+      void merge(store, name, small, entries).finally(() => merging.delete(namespace));
     }
-    const view = [...latest(all).values()]
-      .filter((entry): entry is MessageSummary & { version: number } => entry.removed === undefined)
-      .sort((a, b) => (a._id < b._id ? 1 : a._id > b._id ? -1 : 0));
-    if (!decodedSets.includes(undefined)) keepView(key, view);
-    return view;
+    return walk(
+      decodedSets.filter((one): one is DecodedSet => one !== undefined),
+      want,
+      matches,
+      before,
+    );
   }
+}
+
+/** The first index of a newest-first list whose id is older than `before`. */
+function startAfter(newestFirst: readonly ListingEntry[], before: string | undefined): number {
+  if (before === undefined) return 0;
+  let start = 0;
+  let end = newestFirst.length;
+  while (start < end) {
+    const middle = (start + end) >>> 1;
+    if (newestFirst[middle]!._id >= before) start = middle + 1;
+    else end = middle;
+  }
+  return start;
+}
+
+/** The sets' entries merged newest first, current ones only, until `want` are taken. */
+function walk(
+  sets: readonly DecodedSet[],
+  want: number,
+  matches: (summary: MessageSummary) => boolean,
+  before: string | undefined,
+): MessageSummary[] {
+  const at = sets.map((set) => startAfter(set.newestFirst, before));
+  const highest = (id: string) => {
+    let version = -1;
+    for (const set of sets) version = Math.max(version, set.versions.get(id) ?? -1);
+    return version;
+  };
+  const found: MessageSummary[] = [];
+  let last: string | undefined;
+  while (found.length < want) {
+    let pick = -1;
+    for (let i = 0; i < sets.length; i++) {
+      const entry = sets[i]!.newestFirst[at[i]!];
+      if (entry && (pick === -1 || entry._id > sets[pick]!.newestFirst[at[pick]!]!._id)) pick = i;
+    }
+    if (pick === -1) break;
+    const entry = sets[pick]!.newestFirst[at[pick]!++]!;
+    // an id seen already (its other entries come right after it), removed, or superseded elsewhere
+    if (entry._id === last) continue;
+    if (entry.version !== highest(entry._id)) continue;
+    last = entry._id;
+    if (entry.removed === undefined && matches(entry)) found.push(entry);
+  }
+  return found;
 }
 
 /** A set's entries: its own, or, for a pointer, those of its merged set (undefined: gone meanwhile). */
@@ -272,7 +316,7 @@ async function entriesOf(
   name: string,
   namespace: string,
   set: EntrySet,
-): Promise<ListingEntry[] | undefined> {
+): Promise<DecodedSet | undefined> {
   if (!set.merged) return unpackKept(namespace, set);
   const merged = store.db.collection<EntrySet>(mergedPartitionFor(name));
   const kept = recall(merged.namespace, set._id);
@@ -282,7 +326,8 @@ async function entriesOf(
 }
 
 async function merge(store: Connection, name: string, sets: EntrySet[], all: ListingEntry[]): Promise<void> {
-  // tombstones are kept: an entry older than one could still arrive from a run cut short
+  // tombstones are kept: an entry older than one could still arrive from a run cut short, or sit
+  // in an earlier merged set
   const merged = [...latest(all).values()];
   const collection = store.db.collection<EntrySet>(name);
   const mergedName = mergedPartitionFor(name);

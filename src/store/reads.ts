@@ -13,7 +13,7 @@ import {
   hourlyListingKind,
   listingKind,
   type MessageSummary,
-  readEntries,
+  readPage,
   SUMMARY_FIELDS,
   unlistedPartitions,
 } from './listing.ts';
@@ -158,7 +158,7 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
         batch.map(async (source) =>
           source.unlisted
             ? readRecords(store, source.name, base, want)
-            : newestMatching(await readEntries(store, source.name), want, inQuery, query.before),
+            : readPage(store, source.name, want, inQuery, query.before),
         ),
       );
       archived.push(...found.flat().filter(inQuery));
@@ -227,32 +227,6 @@ function inLiveQuery(doc: MessageSummary, query: MessageQuery): boolean {
     (!query.domain || doc.domains.includes(query.domain)) &&
     (!query.before || doc._id < query.before)
   );
-}
-
-/**
- * The first `want` summaries of a partition's (newest first) that a query takes: no others of it
- * can be on the page. Costs the page, not the partition (an hour can hold thousands).
- */
-function newestMatching(
-  newestFirstSummaries: readonly MessageSummary[],
-  want: number,
-  matches: (summary: MessageSummary) => boolean,
-  before: string | undefined,
-): MessageSummary[] {
-  let start = 0;
-  if (before !== undefined) {
-    // the first one older than the cursor
-    let end = newestFirstSummaries.length;
-    while (start < end) {
-      const middle = (start + end) >>> 1;
-      if (newestFirstSummaries[middle]!._id >= before) start = middle + 1;
-      else end = middle;
-    }
-  }
-  const found: MessageSummary[] = [];
-  for (let i = start; i < newestFirstSummaries.length && found.length < want; i++)
-    if (matches(newestFirstSummaries[i]!)) found.push(newestFirstSummaries[i]!);
-  return found;
 }
 
 /** The records of a partition written before listing partitions existed (see housekeeping.ts). */
