@@ -19,7 +19,7 @@ import { Batcher } from './batcher.ts';
 import { DURABLE } from './connection.ts';
 import { findRecord } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
-import { insertAtEpoch, takeLease } from './leases.ts';
+import { insertAtEpoch, insertClaimed, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
@@ -206,14 +206,7 @@ export async function claimFromIntake(
     await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
     return 'departed';
   }
-  const claimed = await insertAtEpoch(store, {
-    ...doc,
-    lease_epoch: epoch,
-    lease_owner: ownerName,
-    due_at: expiresAt,
-    version: doc.version + 1,
-    claims: (doc.claims ?? 0) + 1,
-  });
+  const claimed = await insertClaimed(store, doc, epoch, ownerName, expiresAt);
   return claimed ?? 'departed';
 }
 

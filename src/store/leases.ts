@@ -110,6 +110,27 @@ export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<Mess
   }
 }
 
+/**
+ * A claimed message into `messages` at the epoch whose lease `owner` won, its lease running until
+ * `expiresAt`: a take-over from a stale intake, a parked message's claim. Counted in `claims`.
+ */
+export function insertClaimed(
+  store: Store,
+  doc: MessageDoc,
+  epoch: number,
+  owner: string,
+  expiresAt: Date,
+): Promise<MessageDoc | undefined> {
+  return insertAtEpoch(store, {
+    ...doc,
+    lease_epoch: epoch,
+    lease_owner: owner,
+    due_at: expiresAt,
+    version: doc.version + 1,
+    claims: (doc.claims ?? 0) + 1,
+  });
+}
+
 /** Expiry is a periodic delete (FerretDB has no TTL indexes). */
 export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
   return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;

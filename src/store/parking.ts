@@ -17,7 +17,7 @@ import { insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { findRecord, storeRecord, takeOutRecord } from './history.ts';
-import { insertAtEpoch, takeLease } from './leases.ts';
+import { insertClaimed, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { partitionOf } from './partitions.ts';
@@ -189,14 +189,7 @@ export async function claimParked(
       await takeOutRecord(store, 'retry', again._id, final.version).catch(() => {});
     return { outcome: outcome ?? 'handled' };
   }
-  const doc = await insertAtEpoch(store, {
-    ...again,
-    lease_epoch: epoch,
-    lease_owner: owner,
-    due_at: expiresAt,
-    version: again.version + 1,
-    claims: (again.claims ?? 0) + 1,
-  });
+  const doc = await insertClaimed(store, again, epoch, owner, expiresAt);
   if (!doc) return { outcome: 'held' };
   // the working-set copy is the one listed and read from now on (its version is higher)
   await retryTransient(() => takeOutRecord(store, 'retry', again._id, doc.version)).catch(() => {});

@@ -473,7 +473,10 @@ test.serial(
     while (!(await settled()) && Date.now() < later) await new Promise((resolve) => setTimeout(resolve, 50));
     const pointers = await entrySets.find({}).toArray();
     t.true(pointers.every((one) => one.merged === true));
-    t.true(pointers.some((one) => one._id.equals(pointer!._id)), 'the first merged set stays');
+    t.true(
+      pointers.some((one) => one._id.equals(pointer!._id)),
+      'the first merged set stays',
+    );
     t.deepEqual(
       (await mergedSets.find({}).toArray()).map((set) => set._id.toHexString()).sort(),
       pointers.map((one) => one._id.toHexString()).sort(),
