@@ -98,7 +98,7 @@ export async function archiveFromIntake(store: Store, owner: Ownership, doc: Mes
 export async function findRecord(
   store: Store,
   id: string,
-  kinds: readonly RecordKind[] = RECORD_KINDS,
+  kinds: readonly RecordKind[] = store.profile.parkRetries ? RECORD_KINDS : FINAL_KINDS,
 ): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
   const names = (await Promise.all(kinds.map((kind) => recordPartitions(store, kind, id)))).flat();
@@ -113,7 +113,9 @@ export async function findRecord(
   return newest;
 }
 
-const RECORD_KINDS: readonly RecordKind[] = ['history', 'dlq', 'retry'];
+const FINAL_KINDS: readonly RecordKind[] = ['history', 'dlq'];
+/** the final kinds and, where the profile parks messages, the parked ones (parking.ts) */
+const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
 
 /**
  * Puts a final record back into the working set for a replay, owned by `owner` at the next
