@@ -140,6 +140,7 @@ export async function prepareWorkerService({
     pool,
     urlKey,
     routingChanged,
+    directory,
     processMetrics: instanceMetrics,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });
