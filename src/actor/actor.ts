@@ -12,6 +12,7 @@ import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries } from '../route/plan.ts';
+import { previousSecretInUse } from '../route/secret-rotation.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import type { Intake } from '../store/intake.ts';
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
@@ -184,11 +185,13 @@ export class MessageActor {
     const specs = await Promise.all(
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);
+        const previousSecret = route && previousSecretInUse(route, new Date());
         return {
           deliveryId: d.id,
           to: d.recipients,
           ...(d.plus_tag !== undefined ? { plusTag: d.plus_tag } : {}),
           ...(route?.webhook_secret ? { secret: route.webhook_secret } : {}),
+          ...(previousSecret ? { previousSecret } : {}),
         };
       }),
     );

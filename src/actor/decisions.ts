@@ -151,8 +151,15 @@ export function decideRouting(
     ...(parsed.auth && !doc.auth ? { auth: storableAuth(parsed.auth) } : {}),
   };
   const parsedStep = messageStep('queued', 'parse_ok', at);
-  if (plan.length === 0) {
-    const step = messageStep(parsedStep.state, 'no_route', at, 'no route matches any recipient');
+  const dropping = plan.flatMap((item) => ('dropped' in item ? [item.dropped.route_id] : []));
+  const delivering = plan.filter(
+    (item): item is Exclude<DeliveryPlan[number], { dropped: unknown }> => !('dropped' in item),
+  );
+  if (delivering.length === 0) {
+    const step =
+      dropping.length > 0
+        ? messageStep(parsedStep.state, 'dropped', at, `dropped by route ${dropping.join(', ')}`)
+        : messageStep(parsedStep.state, 'no_route', at, 'no route matches any recipient');
     return {
       routed: false,
       change: {
@@ -162,7 +169,7 @@ export function decideRouting(
       },
     };
   }
-  const created = plan.map((item) => {
+  const created = delivering.map((item) => {
     if ('kept' in item) return { delivery: item.kept };
     const step = newDelivery(item.planned.id, at, `route ${item.planned.route_id}`);
     return { delivery: { ...item.planned, state: step.state }, entry: step.entry };

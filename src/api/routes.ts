@@ -1,13 +1,24 @@
 // /routes: recipient patterns of a registered domain and the webhook their mail goes to.
 import type { FastifyPluginAsync } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
+import { DEFAULT_REJECT_REPLY, isRejectReply, ROUTE_ACTIONS, type RouteAction } from '../route/actions.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
+import { previousSecretUntil } from '../route/secret-rotation.ts';
 import { standardWebhookKey } from '../signing/webhook-signature.ts';
 import type { PatternKind, RouteDoc } from '../store/documents.ts';
 import { findDomainByName } from '../store/domains.ts';
-import { createRoute, deleteRoute, findRouteByPattern, listRoutes } from '../store/routes.ts';
+import type { Store } from '../store/mongo.ts';
+import {
+  createRoute,
+  deleteRoute,
+  findRoute,
+  findRouteByPattern,
+  listRoutes,
+  type NewRoute,
+  updateRoute,
+} from '../store/routes.ts';
 import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
 
 export interface RouteView {
@@ -17,10 +28,14 @@ export interface RouteView {
   webhook_url: string;
   webhook_secret?: string;
   dmarc_reject?: true;
+  action?: 'reject' | 'drop';
+  reject_reply?: string;
+  previous_secret_until?: string;
   created_at: string;
 }
 
-export function toRouteView(doc: RouteDoc): RouteView {
+export function toRouteView(doc: RouteDoc, now: Date = new Date()): RouteView {
+  const previousUntil = previousSecretUntil(doc, now);
   return {
     id: doc._id,
     domain: doc.domain,
@@ -28,6 +43,9 @@ export function toRouteView(doc: RouteDoc): RouteView {
     webhook_url: doc.webhook_url,
     ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
     ...(doc.dmarc_reject ? { dmarc_reject: true as const } : {}),
+    ...(doc.action ? { action: doc.action } : {}),
+    ...(doc.reject_reply ? { reject_reply: doc.reject_reply } : {}),
+    ...(previousUntil ? { previous_secret_until: previousUntil.toISOString() } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -62,6 +80,117 @@ interface CreateRouteBody {
   webhook_url: string;
   webhook_secret?: string;
   dmarc_reject?: boolean;
+  action?: RouteAction;
+  reject_reply?: string;
+}
+
+interface UpdateRouteBody {
+  recipient_pattern?: string;
+  webhook_url?: string;
+  /** '' removes the secret (deliveries go unsigned at once) */
+  webhook_secret?: string;
+  /** how long the replaced secret keeps signing, seconds; alone, it shortens (0: ends) an overlap */
+  secret_grace_seconds?: number;
+  dmarc_reject?: boolean;
+  action?: RouteAction;
+  /** '' goes back to the default reply */
+  reject_reply?: string;
+}
+
+/** How long a replaced secret keeps signing deliveries by default: a day to deploy the new one. */
+export const DEFAULT_SECRET_GRACE_SECONDS = 24 * 60 * 60;
+export const MAX_SECRET_GRACE_SECONDS = 30 * 24 * 60 * 60;
+
+const ROUTE_FIELD_SCHEMAS = Object.freeze({
+  recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
+  webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
+  webhook_secret: { type: 'string', maxLength: 1024 },
+  dmarc_reject: { type: 'boolean' },
+  action: { type: 'string', enum: ROUTE_ACTIONS },
+  reject_reply: { type: 'string', maxLength: 300 },
+});
+
+function checkedWebhookUrl(input: string): string {
+  const webhookUrl = normaliseWebhookUrl(input);
+  if (!webhookUrl) {
+    throw new ServiceError(
+      'invalid_webhook_url',
+      `webhook_url must be an absolute http:// or https:// URL of at most ${MAX_WEBHOOK_URL_LENGTH} characters`,
+    );
+  }
+  return webhookUrl;
+}
+
+function checkSecret(secret: string): void {
+  if (hasControlCharacter(secret)) {
+    throw new ServiceError('invalid_request', 'webhook_secret: control characters are not allowed');
+  }
+  try {
+    standardWebhookKey(secret);
+  } catch {
+    throw new ServiceError('invalid_request', 'webhook_secret: after whsec_ must come a base64-encoded key');
+  }
+}
+
+function checkRejectReply(reply: string): void {
+  if (!isRejectReply(reply)) {
+    throw new ServiceError(
+      'invalid_request',
+      'reject_reply: must be a 45x or 55x reply code, an enhanced status code of the same class and a text, such as "550 5.7.1 No mail here"',
+    );
+  }
+}
+
+/**
+ * The pattern, parsed for `domain`, when no other route of the domain has it: a second route for
+ * the same pattern could never match, so it is refused rather than kept as a trap. `alice` and
+ * `alice@<its domain>` are the same pattern written two ways.
+ */
+async function checkedPattern(store: Store, input: string, domain: string, exceptId?: string) {
+  const pattern = parseRecipientPattern(input, domain);
+  if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
+  const { pattern: text, kind, scope } = pattern.value;
+  const sameText =
+    kind === 'regex'
+      ? [text]
+      : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
+  const existing = await findRouteByPattern(store, domain, sameText, exceptId);
+  if (existing) {
+    throw new ServiceError(
+      'route_exists',
+      `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
+    );
+  }
+  return pattern.value;
+}
+
+/** What a PATCH writes: the fields it replaces and the ones it removes. */
+function secretChange(
+  current: RouteDoc,
+  body: UpdateRouteBody,
+  now: Date,
+): { set: Partial<NewRoute>; unset: Array<keyof NewRoute> } {
+  const previous: Array<keyof NewRoute> = ['previous_webhook_secret', 'previous_secret_until'];
+  const graceMs = (body.secret_grace_seconds ?? DEFAULT_SECRET_GRACE_SECONDS) * 1000;
+  const secret = body.webhook_secret;
+  if (secret === undefined || secret === (current.webhook_secret ?? '')) {
+    // no new secret: a grace period alone ends (0) or shortens the overlap under way
+    if (body.secret_grace_seconds === undefined || !previousSecretUntil(current, now))
+      return { set: {}, unset: [] };
+    if (graceMs === 0) return { set: {}, unset: previous };
+    return { set: { previous_secret_until: new Date(now.getTime() + graceMs) }, unset: [] };
+  }
+  if (!secret) return { set: {}, unset: ['webhook_secret', ...previous] };
+  // the secret in use is the one receivers may still verify with; one older than it is dropped
+  if (!current.webhook_secret || graceMs === 0) return { set: { webhook_secret: secret }, unset: previous };
+  return {
+    set: {
+      webhook_secret: secret,
+      previous_webhook_secret: current.webhook_secret,
+      previous_secret_until: new Date(now.getTime() + graceMs),
+    },
+    unset: [],
+  };
 }
 
 const KIND_NAMES: Readonly<Record<PatternKind, string>> = Object.freeze({
@@ -98,6 +227,13 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
   }
   const kind = KIND_NAMES[found.route.kind];
   const scope = found.route.scope === 'local' ? 'the local part' : 'the whole address';
+  const action = found.route.action ?? 'webhook';
+  const reply = found.route.reject_reply ?? DEFAULT_REJECT_REPLY;
+  const outcome = {
+    webhook: `mail to it is accepted and delivered to ${found.route.webhook_url}`,
+    reject: `mail to it is refused at RCPT with ${reply}`,
+    drop: 'mail to it is accepted and recorded, and not delivered',
+  }[action];
   return {
     address,
     domain_registered: true,
@@ -105,9 +241,12 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
     route: toRouteView(found.route),
     kind: found.route.kind,
     ...(found.plusTag !== undefined ? { plus_tag: found.plusTag } : {}),
+    action,
+    ...(action === 'reject' ? { smtp_reply: reply } : {}),
     reason:
       `the ${kind} pattern ${JSON.stringify(found.route.recipient_pattern)} matches ${scope}; ` +
-      'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind',
+      'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind; ' +
+      outcome,
   };
 }
 
@@ -119,7 +258,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
   // which every change made through the API drops before it is answered. A directory of its own
   // that reloaded on every question disagreed with them: a question asked just after a change
   // shared a load started just before it (a domain created a moment ago: `domain_registered: false`).
-  app.get('/routes', async () => (await listRoutes(store)).map(toRouteView));
+  app.get('/routes', async () => (await listRoutes(store)).map((doc) => toRouteView(doc)));
 
   app.get<{ Querystring: { address: string } }>(
     '/routes/match',
@@ -146,10 +285,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
           additionalProperties: false,
           properties: {
             domain: { type: 'string', minLength: 1, maxLength: 300 },
-            recipient_pattern: { type: 'string', minLength: 1, maxLength: 1000 },
-            webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
-            webhook_secret: { type: 'string', maxLength: 1024 },
-            dmarc_reject: { type: 'boolean' },
+            ...ROUTE_FIELD_SCHEMAS,
           },
         },
       },
@@ -163,53 +299,70 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
           `domain ${JSON.stringify(body.domain.slice(0, 300))} is not registered`,
         );
       }
-      const webhookUrl = normaliseWebhookUrl(body.webhook_url);
-      if (!webhookUrl) {
-        throw new ServiceError(
-          'invalid_webhook_url',
-          `webhook_url must be an absolute http:// or https:// URL of at most ${MAX_WEBHOOK_URL_LENGTH} characters`,
-        );
-      }
-      if (body.webhook_secret) {
-        if (hasControlCharacter(body.webhook_secret)) {
-          throw new ServiceError('invalid_request', 'webhook_secret: control characters are not allowed');
-        }
-        try {
-          standardWebhookKey(body.webhook_secret);
-        } catch {
-          throw new ServiceError(
-            'invalid_request',
-            'webhook_secret: after whsec_ must come a base64-encoded key',
-          );
-        }
-      }
-      const pattern = parseRecipientPattern(body.recipient_pattern, domain);
-      if (!pattern.ok) throw new ServiceError('invalid_recipient_pattern', pattern.reason);
-      // a second route for the same pattern could never match: refused rather than kept as a trap.
-      // `alice` and `alice@<its domain>` are the same pattern written two ways.
-      const { pattern: text, kind, scope } = pattern.value;
-      const sameText =
-        kind === 'regex'
-          ? [text]
-          : [text, scope === 'address' ? text.slice(0, text.lastIndexOf('@')) : `${text}@${domain}`];
-      const existing = await findRouteByPattern(store, domain, sameText);
-      if (existing) {
-        throw new ServiceError(
-          'route_exists',
-          `route ${existing._id} already has recipient_pattern ${JSON.stringify(existing.recipient_pattern)} for ${domain}`,
-        );
-      }
+      const webhookUrl = checkedWebhookUrl(body.webhook_url);
+      if (body.webhook_secret) checkSecret(body.webhook_secret);
+      if (body.reject_reply) checkRejectReply(body.reject_reply);
+      const pattern = await checkedPattern(store, body.recipient_pattern, domain);
       const doc = await createRoute(store, {
         domain,
-        recipient_pattern: pattern.value.pattern,
-        kind: pattern.value.kind,
-        scope: pattern.value.scope,
+        recipient_pattern: pattern.pattern,
+        kind: pattern.kind,
+        scope: pattern.scope,
         webhook_url: webhookUrl,
         ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
         ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
+        ...(body.action && body.action !== 'webhook' ? { action: body.action } : {}),
+        ...(body.reject_reply ? { reject_reply: body.reject_reply } : {}),
       });
       await routingChanged();
       return reply.code(201).send(toRouteView(doc));
+    },
+  );
+
+  // One write, then every worker of the instance drops its snapshot before the answer: a recipient
+  // is routed by the route as it was or as it is, never refused in between (as it was when a
+  // change meant a delete and a create).
+  app.patch<{ Params: { id: string }; Body: UpdateRouteBody }>(
+    '/routes/:id',
+    {
+      schema: {
+        body: {
+          type: 'object',
+          minProperties: 1,
+          additionalProperties: false,
+          properties: {
+            ...ROUTE_FIELD_SCHEMAS,
+            secret_grace_seconds: { type: 'integer', minimum: 0, maximum: MAX_SECRET_GRACE_SECONDS },
+          },
+        },
+      },
+    },
+    async (request) => {
+      const { body } = request;
+      const current = await findRoute(store, request.params.id);
+      if (!current) throw new ServiceError('not_found', `route ${request.params.id} not found`);
+      const set: Partial<NewRoute> = {};
+      const unset: Array<keyof NewRoute> = [];
+      if (body.webhook_url !== undefined) set.webhook_url = checkedWebhookUrl(body.webhook_url);
+      if (body.webhook_secret) checkSecret(body.webhook_secret);
+      if (body.reject_reply) checkRejectReply(body.reject_reply);
+      if (body.recipient_pattern !== undefined) {
+        const pattern = await checkedPattern(store, body.recipient_pattern, current.domain, current._id);
+        Object.assign(set, { recipient_pattern: pattern.pattern, kind: pattern.kind, scope: pattern.scope });
+      }
+      if (body.dmarc_reject === true) set.dmarc_reject = true;
+      if (body.dmarc_reject === false) unset.push('dmarc_reject');
+      if (body.action === 'webhook') unset.push('action');
+      else if (body.action !== undefined) set.action = body.action;
+      if (body.reject_reply) set.reject_reply = body.reject_reply;
+      if (body.reject_reply === '') unset.push('reject_reply');
+      const secret = secretChange(current, body, new Date());
+      Object.assign(set, secret.set);
+      unset.push(...secret.unset);
+      const updated = await updateRoute(store, current._id, set, unset);
+      if (!updated) throw new ServiceError('not_found', `route ${request.params.id} not found`);
+      await routingChanged();
+      return toRouteView(updated);
     },
   );
 

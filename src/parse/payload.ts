@@ -24,6 +24,8 @@ export interface DeliverySpec {
   plusTag?: string;
   /** the route's webhook_secret: the body is signed with it here, off the event loop */
   secret?: string;
+  /** the secret a rotation replaced, while its overlap lasts: signed with too (webhook-signature) */
+  previousSecret?: string;
 }
 export interface ParseInput {
   /** taken over by parseMessage, which lets go of it (sets it empty) once the message is parsed */
@@ -174,7 +176,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   const tail = `,"received_at":${json(input.receivedAt)}}`;
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
-  const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret }): DeliveryBody => {
+  const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret, previousSecret }): DeliveryBody => {
     const toJson = json([...to]);
     const plusTagJson = plusTag === undefined ? '' : `,"plus_tag":${json(plusTag)}`;
     const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, authJson, plusTagJson, tail]);
@@ -183,6 +185,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
       timestampSeconds,
       body,
       ...(secret ? { secret } : {}),
+      ...(previousSecret ? { previousSecret } : {}),
     });
     return { deliveryId, body, headers };
   });

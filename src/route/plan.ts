@@ -1,5 +1,5 @@
-// Which deliveries a message gets from its routes: one per matched route, carrying that route's
-// recipients. A replay keeps what was delivered and starts the rest anew.
+// Which deliveries a message gets from its routes: one per matched route that delivers, carrying
+// that route's recipients. A replay keeps what was delivered and starts the rest anew.
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
 import type { DirectoryRoute, RouteDirectory } from './directory.ts';
 
@@ -11,8 +11,16 @@ export function deliveryId(messageId: string, routeId: string): string {
 /** A delivery to create: everything but its state, which routing gives it (src/lifecycle/). */
 export type PlannedDelivery = Omit<DeliveryDoc, 'state' | 'next_attempt_at'>;
 
-/** In route order: a delivery kept from an earlier round (delivered), or one to create. */
-export type DeliveryPlan = Array<{ kept: DeliveryDoc } | { planned: PlannedDelivery }>;
+/**
+ * In route order: a delivery kept from an earlier round (delivered), one to create, or the
+ * recipients a route takes without delivering (action `drop`, or `reject` when the route became
+ * one after the message was accepted).
+ */
+export type DeliveryPlan = Array<
+  | { kept: DeliveryDoc }
+  | { planned: PlannedDelivery }
+  | { dropped: { route_id: string; recipients: string[] } }
+>;
 
 /** The routes each recipient matches, grouped: one entry per route. */
 async function routesOf(
@@ -38,6 +46,8 @@ export async function planDeliveries(
     doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.route_id, d]),
   );
   return (await routesOf(directory, doc.envelope.rcpt_to)).map(({ route, recipients, plusTag }) => {
+    if (route.action === 'drop' || route.action === 'reject')
+      return { dropped: { route_id: route.id, recipients } };
     const kept = delivered.get(route.id);
     if (kept) return { kept };
     return {

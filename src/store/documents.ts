@@ -27,6 +27,13 @@ export interface RouteDoc {
   webhook_secret?: string;
   /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
   dmarc_reject?: true;
+  /** what the route does with its recipients; absent: `webhook` (deliver) */
+  action?: 'reject' | 'drop';
+  /** a `reject` route's SMTP reply, `<4xx|5xx> <enhanced code> <text>`; absent: 550 5.7.1 */
+  reject_reply?: string;
+  /** the secret replaced by the last rotation: deliveries are signed with it too until `previous_secret_until` */
+  previous_webhook_secret?: string;
+  previous_secret_until?: Date;
   created_at: Date;
 }
 

@@ -19,18 +19,47 @@ export function listRoutes(store: Store): Promise<RouteDoc[]> {
   return store.routes.find({}).sort({ _id: 1 }).toArray();
 }
 
-/** The route of `domain` with one of these (normalised) patterns, if there is one. */
+/** The route of `domain` with one of these (normalised) patterns, if there is one other than `exceptId`. */
 export async function findRouteByPattern(
   store: Store,
   domain: string,
   recipientPatterns: readonly string[],
+  exceptId?: string,
 ): Promise<RouteDoc | null> {
   for (const recipient_pattern of recipientPatterns) {
     // one equality query each: FerretDB evaluates $in in memory
-    const found = await store.routes.findOne({ domain, recipient_pattern });
+    const found = await store.routes.findOne({
+      domain,
+      recipient_pattern,
+      ...(exceptId !== undefined ? { _id: { $ne: exceptId } } : {}),
+    });
     if (found) return found;
   }
   return null;
+}
+
+export async function findRoute(store: Store, id: string): Promise<RouteDoc | null> {
+  if (!isId('r', id)) return null;
+  return store.routes.findOne({ _id: id });
+}
+
+/**
+ * Changes a route in one write: every field of `set` is replaced, every field of `unset` removed.
+ * Its id and created_at (and so its precedence among routes of its kind) stay. Resolves the route
+ * as written, or null when there is no such route.
+ */
+export async function updateRoute(
+  store: Store,
+  id: string,
+  set: Partial<NewRoute>,
+  unset: ReadonlyArray<keyof NewRoute>,
+): Promise<RouteDoc | null> {
+  if (!isId('r', id)) return null;
+  const update: { $set?: Partial<NewRoute>; $unset?: Record<string, ''> } = {};
+  if (Object.keys(set).length > 0) update.$set = set;
+  if (unset.length > 0) update.$unset = Object.fromEntries(unset.map((field) => [field, '']));
+  if (!update.$set && !update.$unset) return findRoute(store, id);
+  return store.routes.findOneAndUpdate({ _id: id }, update, { returnDocument: 'after' });
 }
 
 export async function deleteRoute(store: Store, id: string): Promise<boolean> {

@@ -1,0 +1,299 @@
+// Changing a route in place (PATCH /routes/{id}), rotating its secret with an overlap, and the
+// `reject` and `drop` actions, against the running service (two workers), real SMTP clients and
+// real webhook receivers. The route tester is asked the same questions the listener answers.
+import { randomBytes } from 'node:crypto';
+import test from 'ava';
+import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { acceptedId, type SendResult, SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { verifiesService, verifiesStandard } from '../_support/standard-webhooks.ts';
+
+let pipe: Pipeline;
+test.before(async () => {
+  pipe = await startPipeline(undefined, { label: 'redit', env: { WORKERS: '2' } });
+});
+test.after.always(async () => {
+  await pipe?.stop();
+});
+
+interface RouteView {
+  id: string;
+  webhook_url: string;
+  webhook_secret?: string;
+  action?: string;
+  previous_secret_until?: string;
+}
+
+interface Match {
+  matched: boolean;
+  action?: string;
+  smtp_reply?: string;
+  route?: { id: string };
+  reason: string;
+}
+
+const message = (subject: string) => `From: sender@outside.example\r\nSubject: ${subject}\r\n\r\nbody\r\n`;
+
+async function domainWithRoute(domain: string, route: Record<string, unknown>): Promise<RouteView> {
+  const registered = await pipe.api.post('/domains', { name: domain });
+  if (registered.status !== 201) throw new Error(`domain ${domain}: ${registered.text}`);
+  const created = await pipe.api.post<RouteView>('/routes', { domain, ...route });
+  if (created.status !== 201) throw new Error(`route: ${created.text}`);
+  return created.body;
+}
+
+/** The message id a delivery belongs to (webhook-id is `<message id>.<route id>`). */
+function messageOf(request: { headers: Record<string, unknown> }): string {
+  return String(request.headers['webhook-id']).split('.')[0]!;
+}
+
+test('an edit under load: every message goes to the old URL or the new one, none refused, none lost', async (t) => {
+  const { api, receiver, service } = pipe;
+  const route = await domainWithRoute('edit.example', {
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/edit-old'),
+  });
+
+  // two senders send continuously; each message remembers whether the PATCH had been answered
+  // before it was sent
+  let patched = false;
+  let sending = true;
+  const sent: Array<{ result: SendResult; afterPatch: boolean }> = [];
+  const sender = async () => {
+    for (let i = 0; sending; i++) {
+      const afterPatch = patched;
+      const result = await sendRaw(
+        service.smtpPort,
+        { from: 'x@outside.example', to: ['orders@edit.example'] },
+        message(`load ${i}`),
+      );
+      sent.push({ result, afterPatch });
+    }
+  };
+  const senders = [sender(), sender()];
+  try {
+    // a message accepted before the edit but posted after it goes to the new URL (a retry would
+    // too): some are let through to the old one first
+    await receiver.waitFor(
+      () => receiver.to('/edit-old').length >= 5,
+      30_000,
+      'five deliveries before the edit',
+    );
+    const edited = await api
+      .for(t)
+      .patch<RouteView>(`/routes/${route.id}`, { webhook_url: receiver.url('/edit-new') });
+    t.is(edited.status, 200);
+    t.is(edited.body.webhook_url, receiver.url('/edit-new'));
+    patched = true;
+    const before = sent.length;
+    await receiver.waitFor(() => sent.length >= before + 10, 30_000, 'ten messages after the edit');
+  } finally {
+    sending = false;
+    await Promise.all(senders);
+  }
+
+  for (const { result } of sent) t.true(result.ok, result.response);
+  const ids = sent.map(({ result }) => acceptedId(result));
+  for (const id of ids) await waitForState(api, id, ['delivered']);
+  const toOld = new Set(receiver.to('/edit-old').map(messageOf));
+  const toNew = new Set(receiver.to('/edit-new').map(messageOf));
+  for (const [i, id] of ids.entries()) {
+    t.true(toOld.has(id) || toNew.has(id), `${id} reached neither URL`);
+    t.false(toOld.has(id) && toNew.has(id), `${id} reached both URLs`);
+    if (sent[i]!.afterPatch)
+      t.true(toNew.has(id), `${id}, sent after the PATCH was answered, went to the old URL`);
+  }
+  t.true(toOld.size >= 5, `${toOld.size} to the old URL`);
+  t.true(toNew.size >= 10, `${toNew.size} to the new URL`);
+});
+
+test('PATCH keeps the route id and its precedence, and the tester follows the new pattern at once', async (t) => {
+  const { api, receiver, service } = pipe;
+  const wildcard = await domainWithRoute('repattern.example', {
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/repattern-wild'),
+  });
+  const exact = await api.post<RouteView>('/routes', {
+    domain: 'repattern.example',
+    recipient_pattern: 'alice',
+    webhook_url: receiver.url('/repattern-exact'),
+  });
+  const edited = await api.for(t).patch<RouteView>(`/routes/${exact.body.id}`, { recipient_pattern: 'bob' });
+  t.is(edited.status, 200);
+  t.is(edited.body.id, exact.body.id);
+  const bob = await api.for(t).get<Match>('/routes/match?address=bob%40repattern.example');
+  const alice = await api.for(t).get<Match>('/routes/match?address=alice%40repattern.example');
+  t.is(bob.body.route?.id, exact.body.id);
+  t.is(alice.body.route?.id, wildcard.id);
+  const sentToBob = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['bob@repattern.example'] },
+    message('bob'),
+  );
+  await waitForState(api, acceptedId(sentToBob), ['delivered']);
+  t.is(receiver.to('/repattern-exact').length, 1);
+  t.is(receiver.to('/repattern-wild').length, 0);
+});
+
+test('secret rotation: during the overlap each delivery verifies with either secret, after it with the new one alone', async (t) => {
+  const { api, receiver, service } = pipe;
+  const oldSecret = `whsec_${randomBytes(24).toString('base64')}`;
+  const newSecret = 'a plain new secret';
+  const route = await domainWithRoute('rotate.example', {
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/rotate'),
+    webhook_secret: oldSecret,
+  });
+  const deliver = async (subject: string) => {
+    const result = await sendRaw(
+      service.smtpPort,
+      { from: 'x@outside.example', to: ['a@rotate.example'] },
+      message(subject),
+    );
+    const id = acceptedId(result);
+    await waitForState(api, id, ['delivered']);
+    return receiver.to('/rotate').find((request) => messageOf(request) === id)!;
+  };
+
+  const rotated = await api.for(t).patch<RouteView>(`/routes/${route.id}`, { webhook_secret: newSecret });
+  t.is(rotated.status, 200);
+  t.is(rotated.body.webhook_secret, newSecret);
+  const until = Date.parse(rotated.body.previous_secret_until ?? '');
+  // the default overlap: a day
+  t.true(
+    until > Date.now() + 23 * 3600_000 && until <= Date.now() + 24 * 3600_000,
+    `previous_secret_until ${rotated.body.previous_secret_until}`,
+  );
+
+  const during = await deliver('during the overlap');
+  t.is(String(during.headers['webhook-signature']).split(' ').length, 2);
+  t.true(verifiesStandard(oldSecret, during.headers, during.body), 'the old secret verifies');
+  t.true(verifiesStandard(newSecret, during.headers, during.body), 'the new secret verifies');
+  t.true(verifiesService(newSecret, during.headers, during.body), 'X-Service-Signature is the new secret');
+
+  // an overlap ends when its time has passed: rotate again with one second's grace and wait it out
+  const third = `whsec_${randomBytes(24).toString('base64')}`;
+  const short = await api
+    .for(t)
+    .patch<RouteView>(`/routes/${route.id}`, { webhook_secret: third, secret_grace_seconds: 1 });
+  const shortUntil = Date.parse(short.body.previous_secret_until ?? '');
+  const between = await deliver('the second overlap');
+  t.true(verifiesStandard(newSecret, between.headers, between.body), 'the replaced secret verifies');
+  t.false(verifiesStandard(oldSecret, between.headers, between.body), 'the secret before it no longer does');
+  while (Date.now() <= shortUntil) await new Promise((resolve) => setTimeout(resolve, 100));
+
+  const after = await deliver('after the overlap');
+  t.is(String(after.headers['webhook-signature']).split(' ').length, 1);
+  t.true(verifiesStandard(third, after.headers, after.body), 'the new secret verifies');
+  t.false(verifiesStandard(newSecret, after.headers, after.body), 'the replaced one no longer does');
+  t.true(verifiesService(third, after.headers, after.body), 'X-Service-Signature is the newest secret');
+  const shown = await api.for(t).get<RouteView[]>('/routes');
+  t.is(shown.body.find((r) => r.id === route.id)?.previous_secret_until, undefined);
+});
+
+test('a reject route inside a catch-all is refused at RCPT, with its own reply when it has one', async (t) => {
+  const { api, receiver, service } = pipe;
+  await domainWithRoute('shop.example', { recipient_pattern: '*', webhook_url: receiver.url('/shop') });
+  const noreply = await api.post<RouteView>('/routes', {
+    domain: 'shop.example',
+    recipient_pattern: 'noreply',
+    webhook_url: receiver.url('/unused'),
+    action: 'reject',
+  });
+  t.is(noreply.status, 201);
+  t.is(noreply.body.action, 'reject');
+  const later = await api.post<RouteView>('/routes', {
+    domain: 'shop.example',
+    recipient_pattern: 'later',
+    webhook_url: receiver.url('/unused'),
+    action: 'reject',
+    reject_reply: '450 4.2.1 Mailbox resting, try again tomorrow',
+  });
+  t.is(later.status, 201);
+
+  const refused = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['noreply@shop.example'] },
+    message('no'),
+  );
+  t.false(refused.ok);
+  t.regex(refused.response, /^550 5\.7\.1 /);
+  const deferred = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['later@shop.example'] },
+    message('later'),
+  );
+  t.false(deferred.ok);
+  t.is(deferred.response, '450 4.2.1 Mailbox resting, try again tomorrow');
+  const accepted = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['orders@shop.example'] },
+    message('ok'),
+  );
+  t.true(accepted.ok, accepted.response);
+
+  // the tester says what the listener said, word for word
+  for (const [address, reply] of [
+    ['noreply@shop.example', refused.response],
+    ['later@shop.example', deferred.response],
+  ] as const) {
+    const match = await api.for(t).get<Match>(`/routes/match?${new URLSearchParams({ address })}`);
+    t.is(match.body.action, 'reject');
+    t.is(match.body.smtp_reply, reply);
+  }
+  const open = await api.for(t).get<Match>('/routes/match?address=orders%40shop.example');
+  t.is(open.body.action, 'webhook');
+
+  // a line-level client sees the refusal at RCPT itself, and the other recipient still accepted
+  const { dialog } = await SmtpDialog.open(service.smtpPort);
+  t.teardown(() => dialog.close());
+  await dialog.send('EHLO client.example');
+  t.regex(await dialog.send('MAIL FROM:<x@outside.example>'), /^250/);
+  t.regex(await dialog.send('RCPT TO:<noreply@shop.example>'), /^550 5\.7\.1 /);
+  t.regex(await dialog.send('RCPT TO:<orders@shop.example>'), /^250/);
+
+  // made a webhook route again by PATCH: accepted at once
+  t.is((await api.for(t).patch(`/routes/${noreply.body.id}`, { action: 'webhook' })).status, 200);
+  const reopened = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['noreply@shop.example'] },
+    message('again'),
+  );
+  t.true(reopened.ok, reopened.response);
+});
+
+test('a drop route accepts and records its mail without delivering it', async (t) => {
+  const { api, receiver, service } = pipe;
+  await domainWithRoute('drop.example', { recipient_pattern: '*', webhook_url: receiver.url('/drop-all') });
+  const bounces = await api.post<RouteView>('/routes', {
+    domain: 'drop.example',
+    recipient_pattern: 'bounces',
+    webhook_url: receiver.url('/drop-unused'),
+    action: 'drop',
+  });
+  t.is(bounces.status, 201);
+  const match = await api.for(t).get<Match>('/routes/match?address=bounces%40drop.example');
+  t.like(match.body, { matched: true, action: 'drop' });
+
+  const dropped = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['bounces@drop.example'] },
+    message('bounce'),
+  );
+  t.true(dropped.ok, dropped.response);
+  const record = await waitForState(api, acceptedId(dropped), ['delivered', 'dlq']);
+  t.is(record.state, 'delivered');
+  t.deepEqual(record.deliveries, []);
+  t.true(record.history.some((entry) => entry.detail?.includes(`dropped by route ${bounces.body.id}`)));
+
+  // with another recipient, only that one is delivered
+  const mixed = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['bounces@drop.example', 'team@drop.example'] },
+    message('mixed'),
+  );
+  const mixedRecord = await waitForState(api, acceptedId(mixed), ['delivered']);
+  t.is(mixedRecord.deliveries.length, 1);
+  t.deepEqual(mixedRecord.deliveries[0]!.recipients, ['team@drop.example']);
+  t.is(receiver.to('/drop-unused').length, 0);
+  t.deepEqual(JSON.parse(receiver.to('/drop-all')[0]!.body.toString()).to, ['team@drop.example']);
+});
