@@ -10,9 +10,9 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
+import { destinationOf } from '../route/destinations.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries } from '../route/plan.ts';
-import { previousSecretInUse } from '../route/secret-rotation.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import type { Intake } from '../store/intake.ts';
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
@@ -185,13 +185,13 @@ export class MessageActor {
     const specs = await Promise.all(
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);
-        const previousSecret = route && previousSecretInUse(route, new Date());
+        const destination = route && destinationOf(route, d.destination_id, new Date());
         return {
           deliveryId: d.id,
           to: d.recipients,
           ...(d.plus_tag !== undefined ? { plusTag: d.plus_tag } : {}),
-          ...(route?.webhook_secret ? { secret: route.webhook_secret } : {}),
-          ...(previousSecret ? { previousSecret } : {}),
+          ...(destination?.secret ? { secret: destination.secret } : {}),
+          ...(destination?.previousSecret ? { previousSecret: destination.previousSecret } : {}),
         };
       }),
     );
@@ -260,12 +260,14 @@ export class MessageActor {
     await Promise.all(
       due.map(async (delivery) => {
         const route = await this.deps.directory.route(delivery.route_id);
+        // the destination as it is now: a removed one is like a deleted route
+        const url = route && destinationOf(route, delivery.destination_id, new Date())?.url;
         const body = ready.get(delivery.id)!;
-        const result: AttemptResult | undefined = route
-          ? await this.deps.client.post(route.webhook_url, body.body, body.headers)
+        const result: AttemptResult | undefined = url
+          ? await this.deps.client.post(url, body.body, body.headers)
           : undefined;
         inFlight--;
-        await this.recordAttempt(delivery.id, result, route?.webhook_url, inFlight === 0);
+        await this.recordAttempt(delivery.id, result, url, inFlight === 0);
       }),
     );
   }

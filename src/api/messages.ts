@@ -86,6 +86,7 @@ export function toMessageDetail(doc: MessageDoc) {
     deliveries: doc.deliveries.map((delivery) => ({
       id: delivery.id,
       route_id: delivery.route_id,
+      ...(delivery.destination_id !== undefined ? { destination_id: delivery.destination_id } : {}),
       webhook_url: delivery.webhook_url,
       recipients: delivery.recipients,
       ...(delivery.plus_tag !== undefined ? { plus_tag: delivery.plus_tag } : {}),

@@ -1,22 +1,26 @@
 // /routes: recipient patterns of a registered domain and the webhook their mail goes to.
+import { randomBytes } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
 import { DEFAULT_REJECT_REPLY, isRejectReply, ROUTE_ACTIONS, type RouteAction } from '../route/actions.ts';
+import { destinationsOf, MAX_EXTRA_DESTINATIONS } from '../route/destinations.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { previousSecretUntil } from '../route/secret-rotation.ts';
 import { standardWebhookKey } from '../signing/webhook-signature.ts';
-import type { PatternKind, RouteDoc } from '../store/documents.ts';
+import type { PatternKind, RouteDestinationDoc, RouteDoc } from '../store/documents.ts';
 import { findDomainByName } from '../store/domains.ts';
 import type { Store } from '../store/mongo.ts';
 import {
+  addDestination,
   createRoute,
   deleteRoute,
   findRoute,
   findRouteByPattern,
   listRoutes,
   type NewRoute,
+  removeDestination,
   updateRoute,
 } from '../store/routes.ts';
 import { normaliseDomainName, type RoutingResourceOptions } from './domains.ts';
@@ -31,7 +35,24 @@ export interface RouteView {
   action?: 'reject' | 'drop';
   reject_reply?: string;
   previous_secret_until?: string;
+  destinations?: DestinationView[];
   created_at: string;
+}
+
+export interface DestinationView {
+  id: string;
+  webhook_url: string;
+  webhook_secret?: string;
+  created_at: string;
+}
+
+function toDestinationView(doc: RouteDestinationDoc): DestinationView {
+  return {
+    id: doc.id,
+    webhook_url: doc.webhook_url,
+    ...(doc.webhook_secret ? { webhook_secret: doc.webhook_secret } : {}),
+    created_at: doc.created_at.toISOString(),
+  };
 }
 
 export function toRouteView(doc: RouteDoc, now: Date = new Date()): RouteView {
@@ -46,6 +67,7 @@ export function toRouteView(doc: RouteDoc, now: Date = new Date()): RouteView {
     ...(doc.action ? { action: doc.action } : {}),
     ...(doc.reject_reply ? { reject_reply: doc.reject_reply } : {}),
     ...(previousUntil ? { previous_secret_until: previousUntil.toISOString() } : {}),
+    ...(doc.destinations?.length ? { destinations: doc.destinations.map(toDestinationView) } : {}),
     created_at: doc.created_at.toISOString(),
   };
 }
@@ -230,7 +252,9 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
   const action = found.route.action ?? 'webhook';
   const reply = found.route.reject_reply ?? DEFAULT_REJECT_REPLY;
   const outcome = {
-    webhook: `mail to it is accepted and delivered to ${found.route.webhook_url}`,
+    webhook: `mail to it is accepted and delivered to ${destinationsOf(found.route, new Date())
+      .map((d) => d.url)
+      .join(' and ')}`,
     reject: `mail to it is refused at RCPT with ${reply}`,
     drop: 'mail to it is accepted and recorded, and not delivered',
   }[action];
@@ -243,6 +267,14 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
     ...(found.plusTag !== undefined ? { plus_tag: found.plusTag } : {}),
     action,
     ...(action === 'reject' ? { smtp_reply: reply } : {}),
+    ...(action === 'webhook'
+      ? {
+          destinations: destinationsOf(found.route, new Date()).map((d) => ({
+            ...(d.id !== undefined ? { id: d.id } : {}),
+            webhook_url: d.url,
+          })),
+        }
+      : {}),
     reason:
       `the ${kind} pattern ${JSON.stringify(found.route.recipient_pattern)} matches ${scope}; ` +
       'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind; ' +
@@ -363,6 +395,61 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
       if (!updated) throw new ServiceError('not_found', `route ${request.params.id} not found`);
       await routingChanged();
       return toRouteView(updated);
+    },
+  );
+
+  // A destination is added or removed in one write of its own: the others, and their deliveries
+  // (their ids carry the destination's), are not touched.
+  app.post<{ Params: { id: string }; Body: { webhook_url: string; webhook_secret?: string } }>(
+    '/routes/:id/destinations',
+    {
+      schema: {
+        body: {
+          type: 'object',
+          required: ['webhook_url'],
+          additionalProperties: false,
+          properties: {
+            webhook_url: ROUTE_FIELD_SCHEMAS.webhook_url,
+            webhook_secret: ROUTE_FIELD_SCHEMAS.webhook_secret,
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const { body } = request;
+      const current = await findRoute(store, request.params.id);
+      if (!current) throw new ServiceError('not_found', `route ${request.params.id} not found`);
+      const webhookUrl = checkedWebhookUrl(body.webhook_url);
+      if (body.webhook_secret) checkSecret(body.webhook_secret);
+      if ((current.destinations?.length ?? 0) >= MAX_EXTRA_DESTINATIONS) {
+        throw new ServiceError(
+          'invalid_request',
+          `destinations: a route has at most ${MAX_EXTRA_DESTINATIONS} besides its webhook_url`,
+        );
+      }
+      const destination: RouteDestinationDoc = {
+        id: `dst-${randomBytes(4).toString('hex')}`,
+        webhook_url: webhookUrl,
+        ...(body.webhook_secret ? { webhook_secret: body.webhook_secret } : {}),
+        created_at: new Date(),
+      };
+      if (!(await addDestination(store, current._id, destination))) {
+        throw new ServiceError('not_found', `route ${request.params.id} not found`);
+      }
+      await routingChanged();
+      return reply.code(201).send(toDestinationView(destination));
+    },
+  );
+
+  app.delete<{ Params: { id: string; destinationId: string } }>(
+    '/routes/:id/destinations/:destinationId',
+    async (request, reply) => {
+      const { id, destinationId } = request.params;
+      if (!(await removeDestination(store, id, destinationId))) {
+        throw new ServiceError('not_found', `route ${id} has no destination ${destinationId}`);
+      }
+      await routingChanged();
+      return reply.code(204).send();
     },
   );
 

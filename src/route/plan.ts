@@ -1,11 +1,12 @@
-// Which deliveries a message gets from its routes: one per matched route that delivers, carrying
-// that route's recipients. A replay keeps what was delivered and starts the rest anew.
+// Which deliveries a message gets from its routes: one per destination of each matched route that
+// delivers, carrying that route's recipients. A replay keeps what was delivered and starts the rest anew.
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
+import { destinationsOf } from './destinations.ts';
 import type { DirectoryRoute, RouteDirectory } from './directory.ts';
 
 /** A delivery's id: stable across retries and replays, sent as webhook-id. */
-export function deliveryId(messageId: string, routeId: string): string {
-  return `${messageId}.${routeId}`;
+export function deliveryId(messageId: string, routeId: string, destinationId?: string): string {
+  return destinationId === undefined ? `${messageId}.${routeId}` : `${messageId}.${routeId}.${destinationId}`;
 }
 
 /** A delivery to create: everything but its state, which routing gives it (src/lifecycle/). */
@@ -42,23 +43,29 @@ export async function planDeliveries(
   directory: Pick<RouteDirectory, 'match'>,
   doc: Pick<MessageDoc, '_id' | 'envelope' | 'deliveries'>,
 ): Promise<DeliveryPlan> {
-  const delivered = new Map(
-    doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.route_id, d]),
+  const delivered = new Map(doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.id, d]));
+  const now = new Date();
+  return (await routesOf(directory, doc.envelope.rcpt_to)).flatMap(
+    ({ route, recipients, plusTag }): DeliveryPlan => {
+      if (route.action === 'drop' || route.action === 'reject')
+        return [{ dropped: { route_id: route.id, recipients } }];
+      // one delivery per destination, each with its own id, state and retries
+      return destinationsOf(route, now).map((destination) => {
+        const id = deliveryId(doc._id, route.id, destination.id);
+        const kept = delivered.get(id);
+        if (kept) return { kept };
+        return {
+          planned: {
+            id,
+            route_id: route.id,
+            ...(destination.id !== undefined ? { destination_id: destination.id } : {}),
+            webhook_url: destination.url,
+            recipients,
+            ...(plusTag !== undefined ? { plus_tag: plusTag } : {}),
+            attempts: 0,
+          },
+        };
+      });
+    },
   );
-  return (await routesOf(directory, doc.envelope.rcpt_to)).map(({ route, recipients, plusTag }) => {
-    if (route.action === 'drop' || route.action === 'reject')
-      return { dropped: { route_id: route.id, recipients } };
-    const kept = delivered.get(route.id);
-    if (kept) return { kept };
-    return {
-      planned: {
-        id: deliveryId(doc._id, route.id),
-        route_id: route.id,
-        webhook_url: route.webhook_url,
-        recipients,
-        ...(plusTag !== undefined ? { plus_tag: plusTag } : {}),
-        attempts: 0,
-      },
-    };
-  });
 }

@@ -34,6 +34,17 @@ export interface RouteDoc {
   /** the secret replaced by the last rotation: deliveries are signed with it too until `previous_secret_until` */
   previous_webhook_secret?: string;
   previous_secret_until?: Date;
+  /** destinations besides webhook_url, each delivered to separately; absent: none */
+  destinations?: RouteDestinationDoc[];
+  created_at: Date;
+}
+
+/** A further destination of a route (src/route/destinations.ts). */
+export interface RouteDestinationDoc {
+  /** unique within its route, part of its deliveries' ids */
+  id: string;
+  webhook_url: string;
+  webhook_secret?: string;
   created_at: Date;
 }
 

@@ -45,6 +45,8 @@ export interface DeliveryDoc {
   /** stable across retries: sent as webhook-id, the receiver's idempotency key */
   id: string;
   route_id: string;
+  /** which of the route's further destinations (src/route/destinations.ts); absent: its own webhook_url */
+  destination_id?: string;
   webhook_url: string;
   recipients: string[];
   plus_tag?: string;

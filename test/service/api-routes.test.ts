@@ -252,3 +252,27 @@ test("PATCH /routes/{id} validates as POST does: 400 naming the field, 409 for a
     404,
   );
 });
+
+test('POST /routes/{id}/destinations: validated as webhook_url is, at most 9, 404 for an unknown route', async (t) => {
+  const created = await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'fan-out' });
+  const path = `/routes/${created.body.id}/destinations`;
+  const bad = await api.client.for(t).post<ErrorBody>(path, { webhook_url: 'not a url' });
+  t.is(bad.status, 400);
+  t.is(bad.body.error, 'invalid_webhook_url');
+  const badSecret = await api.client
+    .for(t)
+    .post<ErrorBody>(path, { webhook_url: 'https://x.example/', webhook_secret: 'whsec_!' });
+  t.is(badSecret.status, 400);
+  t.regex(badSecret.body.message, /webhook_secret/);
+  for (let i = 0; i < 9; i++) {
+    t.is((await api.client.for(t).post(path, { webhook_url: `https://x${i}.example/` })).status, 201);
+  }
+  const tenth = await api.client.for(t).post<ErrorBody>(path, { webhook_url: 'https://x9.example/' });
+  t.is(tenth.status, 400);
+  t.regex(tenth.body.message, /at most 9/);
+  const missing = await api.client
+    .for(t)
+    .post('/routes/r-0000000000000000000000/destinations', { webhook_url: 'https://x.example/' });
+  t.is(missing.status, 404);
+  t.is((await api.client.for(t).delete(`${path}/dst-00000000`)).status, 404);
+});

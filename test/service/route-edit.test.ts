@@ -297,3 +297,82 @@ test('a drop route accepts and records its mail without delivering it', async (t
   t.is(receiver.to('/drop-unused').length, 0);
   t.deepEqual(JSON.parse(receiver.to('/drop-all')[0]!.body.toString()).to, ['team@drop.example']);
 });
+
+interface DestinationView {
+  id: string;
+  webhook_url: string;
+}
+
+test('fan-out to three receivers with one down: the two others delivered at once, the down one retried alone', async (t) => {
+  const { api, receiver, service } = pipe;
+  const route = await domainWithRoute('fan.example', {
+    recipient_pattern: '*',
+    webhook_url: receiver.url('/fan-a'),
+    webhook_secret: 'secret a',
+  });
+  const b = await api.for(t).post<DestinationView>(`/routes/${route.id}/destinations`, {
+    webhook_url: receiver.url('/fan-b'),
+    webhook_secret: 'secret b',
+  });
+  t.is(b.status, 201);
+  const c = await api
+    .for(t)
+    .post<DestinationView>(`/routes/${route.id}/destinations`, { webhook_url: receiver.url('/fan-c') });
+  t.is(c.status, 201);
+  receiver.on('/fan-c', (count) => (count <= 2 ? { status: 503 } : { status: 200 }));
+  const match = await api
+    .for(t)
+    .get<Match & { destinations: Array<{ id?: string; webhook_url: string }> }>(
+      '/routes/match?address=x%40fan.example',
+    );
+  t.deepEqual(
+    match.body.destinations.map((d) => d.webhook_url),
+    ['/fan-a', '/fan-b', '/fan-c'].map((path) => receiver.url(path)),
+  );
+
+  const sent = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['x@fan.example'] },
+    message('fan'),
+  );
+  const id = acceptedId(sent);
+  const record = await waitForState(api, id, ['delivered']);
+  const [toA, toB, toC] = ['/fan-a', '/fan-b', '/fan-c'].map((path) => receiver.to(path));
+  t.is(toA!.length, 1);
+  t.is(toB!.length, 1);
+  t.is(toC!.length, 3);
+  // the two up were delivered before the down one's first retry
+  t.true(toA![0]!.at <= toC![1]!.at && toB![0]!.at <= toC![1]!.at);
+  t.is(toA![0]!.headers['webhook-id'], `${id}.${route.id}`);
+  t.is(toB![0]!.headers['webhook-id'], `${id}.${route.id}.${b.body.id}`);
+  for (const request of toC!) t.is(request.headers['webhook-id'], `${id}.${route.id}.${c.body.id}`);
+  t.true(verifiesStandard('secret a', toA![0]!.headers, toA![0]!.body));
+  t.true(verifiesService('secret b', toB![0]!.headers, toB![0]!.body));
+  t.false('webhook-signature' in toC![0]!.headers);
+  t.deepEqual(
+    record.deliveries.map((d) => [d.attempts, d.state]),
+    [
+      [1, 'delivered'],
+      [1, 'delivered'],
+      [3, 'delivered'],
+    ],
+  );
+
+  // one removed: the next message goes to the two others, and the route lists what is left
+  t.is((await api.for(t).delete(`/routes/${route.id}/destinations/${b.body.id}`)).status, 204);
+  t.is((await api.for(t).delete(`/routes/${route.id}/destinations/${b.body.id}`)).status, 404);
+  const next = await sendRaw(
+    service.smtpPort,
+    { from: 'x@outside.example', to: ['x@fan.example'] },
+    message('fan 2'),
+  );
+  const nextRecord = await waitForState(api, acceptedId(next), ['delivered']);
+  t.is(nextRecord.deliveries.length, 2);
+  t.is(receiver.to('/fan-b').length, 1);
+  t.is(receiver.to('/fan-a').length, 2);
+  const listed = await api.for(t).get<Array<RouteView & { destinations?: DestinationView[] }>>('/routes');
+  t.deepEqual(
+    listed.body.find((r) => r.id === route.id)?.destinations?.map((d) => d.id),
+    [c.body.id],
+  );
+});
