@@ -12,10 +12,10 @@ import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import { destinationOf } from '../route/destinations.ts';
 import type { RouteDirectory } from '../route/directory.ts';
-import { planDeliveries } from '../route/plan.ts';
+import { planDeliveries, replayUrlFor } from '../route/plan.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import type { Intake } from '../store/intake.ts';
-import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
+import type { DeliveryDoc, MessageDoc, ReplayTarget } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
 import { type Change, releaseChange } from './change.ts';
@@ -151,8 +151,8 @@ export class MessageActor {
   }
 
   /** Takes the message back to queued for a new round of attempts (its state was checked). */
-  async replay(): Promise<void> {
-    await this.persist(decideReplay(this.doc, new Date()));
+  async replay(to?: ReplayTarget): Promise<void> {
+    await this.persist(decideReplay(this.doc, new Date(), to));
   }
 
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
@@ -261,7 +261,9 @@ export class MessageActor {
       due.map(async (delivery) => {
         const route = await this.deps.directory.route(delivery.route_id);
         // the destination as it is now: a removed one is like a deleted route
-        const url = route && destinationOf(route, delivery.destination_id, new Date())?.url;
+        const url =
+          replayUrlFor(this.doc, delivery.route_id) ??
+          (route && destinationOf(route, delivery.destination_id, new Date())?.url);
         const body = ready.get(delivery.id)!;
         const result: AttemptResult | undefined = url
           ? await this.deps.client.post(url, body.body, body.headers)

@@ -16,7 +16,7 @@ import {
 } from '../lifecycle/lifecycle.ts';
 import { type DeliveryEvent, FOLLOWS_DELIVERIES } from '../lifecycle/tables.ts';
 import type { DeliveryPlan } from '../route/plan.ts';
-import type { AttemptRecord, DeliveryDoc, MessageDoc, StoredAuth } from '../store/messages.ts';
+import type { AttemptRecord, DeliveryDoc, MessageDoc, ReplayTarget, StoredAuth } from '../store/messages.ts';
 import { type Change, releaseChange } from './change.ts';
 import {
   afterFailure,
@@ -217,9 +217,13 @@ export function decideRetryStart(
 }
 
 /** An operator's replay: back to queued, counters reset, for a new round of attempts. */
-export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date): Change {
-  const step = messageStep(doc.state, 'replay', at, 'replay requested');
-  return { set: { state: step.state, parse_failures: 0, claims: 0 }, history: [step.entry] };
+export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date, to?: ReplayTarget): Change {
+  const detail = to ? `replay requested, to ${to.webhook_url}` : 'replay requested';
+  const step = messageStep(doc.state, 'replay', at, detail);
+  return {
+    set: { state: step.state, parse_failures: 0, claims: 0, replay_to: to ?? null },
+    history: [step.entry],
+  };
 }
 
 /**

@@ -10,7 +10,7 @@ import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
 import { claimFromIntake, dropIntake, Intake, readIntake, staleIntakes } from '../store/intake.ts';
 import { claimMessage, deleteExpiredLeases, findDue } from '../store/leases.ts';
-import type { MessageDoc } from '../store/messages.ts';
+import type { MessageDoc, ReplayTarget } from '../store/messages.ts';
 import { AbandonedAcceptances } from './abandoned.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 import { type ReplayOutcome, takeForReplay } from './replay.ts';
@@ -97,7 +97,7 @@ export class ActorSystem {
   }
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
-  async replay(id: string): Promise<ReplayOutcome> {
+  async replay(id: string, to?: ReplayTarget): Promise<ReplayOutcome> {
     const taken = await takeForReplay(this.options.store, id, {
       name: this.owner,
       leaseMs: this.options.leaseMs,
@@ -106,7 +106,7 @@ export class ActorSystem {
     });
     if (taken.outcome !== 'ok') return taken.outcome;
     const actor = new MessageActor(this.deps, taken.doc);
-    await actor.replay();
+    await actor.replay(to);
     this.track(actor, actor.run());
     return 'ok';
   }

@@ -21,6 +21,7 @@ import { metrics, registry } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Parser } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
+import type { ReplayTarget } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { attachmentRoutes } from './attachments.ts';
 import { apiKeyHook, type FailureCounter, presentsKey } from './auth.ts';
@@ -57,7 +58,7 @@ export interface AppDeps {
    */
   directory?: RouteDirectory;
   /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string) => Promise<ReplayOutcome>;
+  replay?: (id: string, to?: ReplayTarget) => Promise<ReplayOutcome>;
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;

@@ -39,9 +39,15 @@ async function routesOf(
   return [...byRoute.values()];
 }
 
+/** The URL an operator's replay sends this route's deliveries to instead of their destinations. */
+export function replayUrlFor(doc: Pick<MessageDoc, 'replay_to'>, routeId: string): string | undefined {
+  const to = doc.replay_to;
+  return to && (to.route_id === undefined || to.route_id === routeId) ? to.webhook_url : undefined;
+}
+
 export async function planDeliveries(
   directory: Pick<RouteDirectory, 'match'>,
-  doc: Pick<MessageDoc, '_id' | 'envelope' | 'deliveries'>,
+  doc: Pick<MessageDoc, '_id' | 'envelope' | 'deliveries' | 'replay_to'>,
 ): Promise<DeliveryPlan> {
   const delivered = new Map(doc.deliveries.filter((d) => d.state === 'delivered').map((d) => [d.id, d]));
   const now = new Date();
@@ -59,7 +65,7 @@ export async function planDeliveries(
             id,
             route_id: route.id,
             ...(destination.id !== undefined ? { destination_id: destination.id } : {}),
-            webhook_url: destination.url,
+            webhook_url: replayUrlFor(doc, route.id) ?? destination.url,
             recipients,
             ...(plusTag !== undefined ? { plus_tag: plusTag } : {}),
             attempts: 0,

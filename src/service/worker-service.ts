@@ -136,7 +136,7 @@ export async function prepareWorkerService({
     store,
     config,
     logger,
-    replay: (id) => actors.replay(id),
+    replay: (id, to) => actors.replay(id, to),
     pool,
     urlKey,
     routingChanged,

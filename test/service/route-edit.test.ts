@@ -376,3 +376,86 @@ test('fan-out to three receivers with one down: the two others delivered at once
     [c.body.id],
   );
 });
+
+test('replay by route and received-at window, and to another URL for this replay only', async (t) => {
+  const { api, receiver, service } = pipe;
+  const r1 = await domainWithRoute('replay.example', {
+    recipient_pattern: 'one',
+    webhook_url: receiver.url('/replay-1'),
+  });
+  const r2 = await api.post<RouteView>('/routes', {
+    domain: 'replay.example',
+    recipient_pattern: 'two',
+    webhook_url: receiver.url('/replay-2'),
+  });
+  // both endpoints are down until told otherwise
+  let up = false;
+  receiver.on('/replay-1', () => ({ status: up ? 200 : 503 }));
+  receiver.on('/replay-2', () => ({ status: 503 }));
+  const send = async (to: string, subject: string) =>
+    acceptedId(await sendRaw(service.smtpPort, { from: 'x@outside.example', to: [to] }, message(subject)));
+
+  const start = new Date();
+  const early = [await send('one@replay.example', 'early 1'), await send('one@replay.example', 'early 2')];
+  const middle = new Date();
+  const late = [await send('one@replay.example', 'late 1'), await send('one@replay.example', 'late 2')];
+  const other = [await send('two@replay.example', 'other 1'), await send('two@replay.example', 'other 2')];
+  for (const id of [...early, ...late, ...other]) await waitForState(api, id, ['dlq']);
+
+  // the outage of route one is over: its messages of the first window, and only those
+  up = true;
+  const first = await api
+    .for(t)
+    .post<{ matched: number; requeued: number; next_before?: string }>('/messages/retry', {
+      route_id: r1.id,
+      received_after: start.toISOString(),
+      received_before: middle.toISOString(),
+    });
+  t.deepEqual(first.body, { matched: 2, requeued: 2 });
+  for (const id of early) await waitForState(api, id, ['delivered']);
+  for (const id of [...late, ...other])
+    t.is((await api.get<{ state: string }>(`/messages/${id}`)).body.state, 'dlq');
+
+  // the second window to another URL, for this replay only
+  const elsewhere = await api.for(t).post<{ matched: number; requeued: number }>('/messages/retry', {
+    route_id: r1.id,
+    received_after: middle.toISOString(),
+    webhook_url: receiver.url('/replay-elsewhere'),
+  });
+  t.like(elsewhere.body, { matched: 2, requeued: 2 });
+  for (const id of late) {
+    const record = await waitForState(api, id, ['delivered']);
+    t.true(record.history.some((entry) => entry.detail?.includes(receiver.url('/replay-elsewhere'))));
+  }
+  t.deepEqual(receiver.to('/replay-elsewhere').map(messageOf).sort(), [...late].sort());
+  for (const id of other) t.is((await api.get<{ state: string }>(`/messages/${id}`)).body.state, 'dlq');
+
+  // paged: one message looked at per call, going on from next_before
+  const page1 = await api.for(t).post<{ matched: number; next_before?: string }>('/messages/retry', {
+    route_id: r2.body.id,
+    domain: 'replay.example',
+    limit: 1,
+  });
+  t.is(page1.body.matched, 1);
+  t.is(page1.body.next_before, other[1]);
+  const page2 = await api.for(t).post<{ matched: number }>('/messages/retry', {
+    route_id: r2.body.id,
+    domain: 'replay.example',
+    limit: 1,
+    before: page1.body.next_before,
+  });
+  t.is(page2.body.matched, 1);
+  for (const id of other) await waitForState(api, id, ['dlq'], 30_000);
+  t.is(receiver.to('/replay-2').filter((request) => messageOf(request) === other[0]).length, 8);
+
+  for (const [body, pattern] of [
+    [{ received_after: 'yesterday' }, /received_after/],
+    [{ route_id: 'nonsense' }, /route_id/],
+    [{ webhook_url: 'ftp://x.example/' }, /webhook_url/],
+    [{ before: 'm-1' }, /before/],
+  ] as const) {
+    const res = await api.for(t).post<{ error: string; message: string }>('/messages/retry', body);
+    t.is(res.status, 400, JSON.stringify(body));
+    t.regex(res.body.message, pattern);
+  }
+});
