@@ -15,7 +15,7 @@ import type { RouteDirectory } from '../route/directory.ts';
 import { planDeliveries, replayUrlFor } from '../route/plan.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import type { Intake } from '../store/intake.ts';
-import type { DeliveryDoc, MessageDoc, ReplayTarget } from '../store/messages.ts';
+import type { DeliveryDoc, MessageDoc, ReplayTarget, StoredAuth } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
 import { type Change, releaseChange } from './change.ts';
@@ -157,9 +157,27 @@ export class MessageActor {
 
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
   private async parseAndRoute(raw: Uint8Array | undefined): Promise<Map<string, DeliveryBody> | undefined> {
-    const plan = await planDeliveries(this.deps.directory, this.doc);
+    let { plan, undecided } = await planDeliveries(this.deps.directory, this.doc);
+    let auth: StoredAuth | undefined;
+    if (undecided) {
+      // a recipient's route filters on a header or DMARC: parse once for those, then plan by them
+      // (the bodies are made by the second parse, with the authentication results of the first)
+      const first = await this.parse(raw, [], {
+        headerNames: [...(await this.deps.directory.headerNames())],
+      });
+      raw = undefined; // the parse thread has taken the bytes: the next parse reads them again
+      if (first.ok) {
+        auth = first.auth ?? this.doc.auth;
+        const facts = {
+          mailFrom: this.doc.envelope.mail_from,
+          headers: first.headerValues ?? {},
+          dmarc: auth?.results.dmarc.result ?? 'none',
+        };
+        ({ plan } = await planDeliveries(this.deps.directory, this.doc, facts));
+      }
+    }
     const pending = plan.flatMap((item) => ('planned' in item ? [item.planned] : []));
-    const output = await this.parse(raw, pending);
+    const output = await this.parse(raw, pending, auth ? { auth } : {});
     const at = new Date();
     if (!output.ok) {
       await this.persist(decideParseFailure(this.doc, output, at));
@@ -179,7 +197,11 @@ export class MessageActor {
     return new Map(output.bodies.map((body) => [body.deliveryId, body]));
   }
 
-  private async parse(raw: Uint8Array | undefined, deliveries: ReadonlyArray<Omit<DeliveryDoc, 'state'>>) {
+  private async parse(
+    raw: Uint8Array | undefined,
+    deliveries: ReadonlyArray<Omit<DeliveryDoc, 'state'>>,
+    extra: { headerNames?: string[]; auth?: StoredAuth } = {},
+  ) {
     const bytes = raw ?? (await readRaw(this.deps.store, this.doc));
     if (!bytes) return { ok: false as const, code: 'raw_missing' as const, message: 'raw message missing' };
     const specs = await Promise.all(
@@ -201,6 +223,8 @@ export class MessageActor {
       receivedAt: this.doc.received_at.toISOString(),
       deliveries: specs,
       ...this.payloadOptions(),
+      ...(extra.auth ? { auth: { stored: extra.auth } } : {}),
+      ...(extra.headerNames ? { headerNames: extra.headerNames } : {}),
     });
   }
 

@@ -5,11 +5,12 @@ import { ServiceError } from '../errors/catalog.ts';
 import { DEFAULT_REJECT_REPLY, isRejectReply, ROUTE_ACTIONS, type RouteAction } from '../route/actions.ts';
 import { destinationsOf, MAX_EXTRA_DESTINATIONS } from '../route/destinations.ts';
 import type { RouteDirectory } from '../route/directory.ts';
+import { checkFilters, type FilterName, type MatchFacts, needsContent } from '../route/filters.ts';
 import { MAX_ADDRESS_LENGTH } from '../route/match.ts';
 import { parseRecipientPattern } from '../route/pattern.ts';
 import { previousSecretUntil } from '../route/secret-rotation.ts';
 import { standardWebhookKey } from '../signing/webhook-signature.ts';
-import type { PatternKind, RouteDestinationDoc, RouteDoc } from '../store/documents.ts';
+import type { PatternKind, RouteDestinationDoc, RouteDoc, RouteFilterDoc } from '../store/documents.ts';
 import { findDomainByName } from '../store/domains.ts';
 import type { Store } from '../store/mongo.ts';
 import {
@@ -35,6 +36,7 @@ export interface RouteView {
   action?: 'reject' | 'drop';
   reject_reply?: string;
   previous_secret_until?: string;
+  filters?: RouteFilterDoc;
   destinations?: DestinationView[];
   created_at: string;
 }
@@ -67,6 +69,7 @@ export function toRouteView(doc: RouteDoc, now: Date = new Date()): RouteView {
     ...(doc.action ? { action: doc.action } : {}),
     ...(doc.reject_reply ? { reject_reply: doc.reject_reply } : {}),
     ...(previousUntil ? { previous_secret_until: previousUntil.toISOString() } : {}),
+    ...(doc.filters ? { filters: doc.filters } : {}),
     ...(doc.destinations?.length ? { destinations: doc.destinations.map(toDestinationView) } : {}),
     created_at: doc.created_at.toISOString(),
   };
@@ -104,6 +107,13 @@ interface CreateRouteBody {
   dmarc_reject?: boolean;
   action?: RouteAction;
   reject_reply?: string;
+  filters?: FiltersBody;
+}
+
+interface FiltersBody {
+  mail_from?: string;
+  header?: { name: string; value: string };
+  dmarc?: 'pass';
 }
 
 interface UpdateRouteBody {
@@ -117,6 +127,8 @@ interface UpdateRouteBody {
   action?: RouteAction;
   /** '' goes back to the default reply */
   reject_reply?: string;
+  /** replaces the route's filters; {} removes them */
+  filters?: FiltersBody;
 }
 
 /** How long a replaced secret keeps signing deliveries by default: a day to deploy the new one. */
@@ -130,7 +142,45 @@ const ROUTE_FIELD_SCHEMAS = Object.freeze({
   dmarc_reject: { type: 'boolean' },
   action: { type: 'string', enum: ROUTE_ACTIONS },
   reject_reply: { type: 'string', maxLength: 300 },
+  filters: {
+    type: 'object',
+    additionalProperties: false,
+    properties: {
+      mail_from: { type: 'string', minLength: 1, maxLength: 300 },
+      header: {
+        type: 'object',
+        required: ['name', 'value'],
+        additionalProperties: false,
+        properties: {
+          name: { type: 'string', minLength: 1, maxLength: 100 },
+          value: { type: 'string', minLength: 1, maxLength: 300 },
+        },
+      },
+      dmarc: { type: 'string', enum: ['pass'] },
+    },
+  },
 });
+
+/**
+ * The filters, normalised, or undefined for none; a `reject` route may only filter on the envelope
+ * sender, since it answers at RCPT, before the message is there.
+ */
+function checkedFilters(
+  body: FiltersBody | undefined,
+  action: RouteAction | undefined,
+): RouteFilterDoc | undefined {
+  if (body === undefined) return undefined;
+  const checked = checkFilters(body);
+  if (!checked.ok) throw new ServiceError('invalid_request', checked.reason);
+  const filters = Object.keys(checked.value).length > 0 ? checked.value : undefined;
+  if (action === 'reject' && needsContent(filters)) {
+    throw new ServiceError(
+      'invalid_request',
+      'filters: a reject route answers at RCPT, before the message is there: it can filter on mail_from only',
+    );
+  }
+  return filters;
+}
 
 function checkedWebhookUrl(input: string): string {
   const webhookUrl = normaliseWebhookUrl(input);
@@ -223,7 +273,35 @@ const KIND_NAMES: Readonly<Record<PatternKind, string>> = Object.freeze({
 });
 
 /** Why `address` goes where it goes, in the words an operator needs (SMTP reply included). */
-export async function explainMatch(directory: RouteDirectory, input: string) {
+/** What the tester is told of the message besides its recipient: the facts routes' filters read. */
+export interface TesterFacts {
+  mail_from?: string;
+  /** `Name: value` */
+  header?: string;
+  dmarc?: string;
+}
+
+function factsOf(query: TesterFacts): MatchFacts {
+  const facts: MatchFacts = {};
+  if (query.mail_from !== undefined) facts.mailFrom = query.mail_from.trim().toLowerCase();
+  if (query.header !== undefined) {
+    const colon = query.header.indexOf(':');
+    if (colon <= 0) throw new ServiceError('invalid_query', 'header must be written as Name: value');
+    facts.headers = {
+      [query.header.slice(0, colon).trim().toLowerCase()]: [query.header.slice(colon + 1).trim()],
+    };
+  }
+  if (query.dmarc !== undefined) facts.dmarc = query.dmarc;
+  return facts;
+}
+
+const FILTER_WORDS: Readonly<Record<FilterName, string>> = Object.freeze({
+  mail_from: 'envelope sender',
+  header: 'header',
+  dmarc: 'DMARC result',
+});
+
+export async function explainMatch(directory: RouteDirectory, input: string, query: TesterFacts = {}) {
   const address = input.trim().toLowerCase();
   const at = address.lastIndexOf('@');
   if (at <= 0 || at === address.length - 1 || address.length > MAX_ADDRESS_LENGTH) {
@@ -238,13 +316,22 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
       reason: `${domain} is not a registered domain: mail to this address is refused with 550 5.7.1`,
     };
   }
-  const found = await directory.match(address);
+  const facts = factsOf(query);
+  const { found, passedOver } = await directory.explain(address, facts);
+  const passed_over = passedOver.map(({ route, filter }) => ({ route_id: route.id, filter }));
+  const passedOverText = passedOver
+    .map(
+      ({ route, filter }) =>
+        `route ${route.id} (${JSON.stringify(route.recipient_pattern)}) is passed over by its ${FILTER_WORDS[filter]} filter; `,
+    )
+    .join('');
   if (!found) {
     return {
       address,
       domain_registered: true,
       matched: false,
-      reason: `no route of ${domain} matches this address: mail to it is refused with 550 5.1.1`,
+      ...(passed_over.length > 0 ? { passed_over } : {}),
+      reason: `${passedOverText}no route of ${domain} takes this address: mail to it is refused with 550 5.1.1`,
     };
   }
   const kind = KIND_NAMES[found.route.kind];
@@ -266,7 +353,9 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
     kind: found.route.kind,
     ...(found.plusTag !== undefined ? { plus_tag: found.plusTag } : {}),
     action,
-    ...(action === 'reject' ? { smtp_reply: reply } : {}),
+    ...(action === 'reject' && !found.undecided ? { smtp_reply: reply } : {}),
+    ...(passed_over.length > 0 ? { passed_over } : {}),
+    ...(found.undecided ? { undecided: found.undecided } : {}),
     ...(action === 'webhook'
       ? {
           destinations: destinationsOf(found.route, new Date()).map((d) => ({
@@ -276,9 +365,12 @@ export async function explainMatch(directory: RouteDirectory, input: string) {
         }
       : {}),
     reason:
+      passedOverText +
       `the ${kind} pattern ${JSON.stringify(found.route.recipient_pattern)} matches ${scope}; ` +
       'exact patterns win over plus-addressing, then regex, then wildcard, and the oldest route within a kind; ' +
-      outcome,
+      (found.undecided
+        ? `its ${FILTER_WORDS[found.undecided]} filter is not known before the message is parsed: the recipient is accepted at RCPT, and if the filter fails at routing the next route by precedence takes it`
+        : outcome),
   };
 }
 
@@ -292,7 +384,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
   // shared a load started just before it (a domain created a moment ago: `domain_registered: false`).
   app.get('/routes', async () => (await listRoutes(store)).map((doc) => toRouteView(doc)));
 
-  app.get<{ Querystring: { address: string } }>(
+  app.get<{ Querystring: { address: string } & TesterFacts }>(
     '/routes/match',
     {
       schema: {
@@ -300,11 +392,19 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
           type: 'object',
           required: ['address'],
           additionalProperties: false,
-          properties: { address: { type: 'string', minLength: 1, maxLength: 1000 } },
+          properties: {
+            address: { type: 'string', minLength: 1, maxLength: 1000 },
+            mail_from: { type: 'string', maxLength: 1000 },
+            header: { type: 'string', minLength: 1, maxLength: 2000 },
+            dmarc: { type: 'string', enum: ['pass', 'fail', 'none', 'temperror', 'permerror'] },
+          },
         },
       },
     },
-    async (request) => explainMatch(directory, request.query.address),
+    async (request) => {
+      const { address, ...facts } = request.query;
+      return explainMatch(directory, address, facts);
+    },
   );
 
   app.post<{ Body: CreateRouteBody }>(
@@ -334,6 +434,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
       const webhookUrl = checkedWebhookUrl(body.webhook_url);
       if (body.webhook_secret) checkSecret(body.webhook_secret);
       if (body.reject_reply) checkRejectReply(body.reject_reply);
+      const filters = checkedFilters(body.filters, body.action);
       const pattern = await checkedPattern(store, body.recipient_pattern, domain);
       const doc = await createRoute(store, {
         domain,
@@ -345,6 +446,7 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
         ...(body.dmarc_reject ? { dmarc_reject: true as const } : {}),
         ...(body.action && body.action !== 'webhook' ? { action: body.action } : {}),
         ...(body.reject_reply ? { reject_reply: body.reject_reply } : {}),
+        ...(filters ? { filters } : {}),
       });
       await routingChanged();
       return reply.code(201).send(toRouteView(doc));
@@ -388,6 +490,12 @@ export const routeRoutes: FastifyPluginAsync<RoutingResourceOptions & { director
       else if (body.action !== undefined) set.action = body.action;
       if (body.reject_reply) set.reject_reply = body.reject_reply;
       if (body.reject_reply === '') unset.push('reject_reply');
+      const action = body.action ?? current.action;
+      if (body.filters !== undefined) {
+        const filters = checkedFilters(body.filters, action);
+        if (filters) set.filters = filters;
+        else unset.push('filters');
+      } else checkedFilters(current.filters, action);
       const secret = secretChange(current, body, new Date());
       Object.assign(set, secret.set);
       unset.push(...secret.unset);

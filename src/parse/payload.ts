@@ -40,6 +40,8 @@ export interface ParseInput {
   auth?: { stored: StoredAuth } | { check: AuthRequest };
   /** when attachments go by URL instead of inline; absent: all inline */
   attachments?: AttachmentPolicy;
+  /** headers whose values the output names (lowercase): what routes' filters read */
+  headerNames?: string[];
 }
 export interface AttachmentPolicy extends AttachmentLinks {
   /** the message's id, part of each URL */
@@ -69,6 +71,8 @@ export type ParseOutput =
       defects: string[];
       /** the sender authentication the payload carries (computed here when it was asked to check) */
       auth?: StoredAuth;
+      /** the decoded values of the headers asked for by `headerNames`, by lowercase name */
+      headerValues?: Record<string, string[]>;
     }
   | Unparseable;
 
@@ -190,7 +194,19 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     return { deliveryId, body, headers };
   });
 
-  return { ok: true, summary, bodies, defects: [...defects], ...(auth ? { auth } : {}) };
+  const headerValues = input.headerNames
+    ? Object.fromEntries(
+        input.headerNames.map((name) => [name, fields.filter((f) => f.name === name).map((f) => f.value)]),
+      )
+    : undefined;
+  return {
+    ok: true,
+    summary,
+    bodies,
+    defects: [...defects],
+    ...(auth ? { auth } : {}),
+    ...(headerValues ? { headerValues } : {}),
+  };
 }
 
 /** The stored results, or the check this thread makes of the raw bytes (before they are let go). */

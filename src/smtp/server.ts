@@ -77,6 +77,11 @@ const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted' | 'route_rejected
     storage_unavailable: 'storage_unavailable',
   });
 
+/** The envelope sender as routes' filters see it: lowercase, '' for a bounce. */
+function mailFromOf(session: SMTPServerSession): string {
+  return session.envelope.mailFrom ? session.envelope.mailFrom.address.toLowerCase() : '';
+}
+
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
 }
@@ -188,7 +193,9 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     const check = deps.auth;
     if (!check || !(await directory.anyRefusesDmarcFailures())) return undefined;
     const routes = await Promise.all(
-      session.envelope.rcptTo.map((r) => directory.match(r.address.toLowerCase())),
+      session.envelope.rcptTo.map((r) =>
+        directory.match(r.address.toLowerCase(), { mailFrom: mailFromOf(session) }),
+      ),
     );
     if (!routes.some((found) => found?.route.dmarc_reject)) return undefined;
     // a copy: the pool takes its input over, and these bytes are still to be stored and parsed
@@ -244,9 +251,11 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         if (!(await directory.servesDomain(domainOf(recipient)))) {
           return callback(refuse(session, 'unknown_domain', address.address));
         }
-        const found = await directory.match(recipient);
+        // at RCPT only the envelope is known: a route filtering on a header or DMARC is decided
+        // once the message is parsed, and the recipient is accepted for it meanwhile
+        const found = await directory.match(recipient, { mailFrom: mailFromOf(session) });
         if (!found) return callback(refuse(session, 'no_route', address.address));
-        if (found.route.action === 'reject') {
+        if (found.route.action === 'reject' && !found.undecided) {
           return callback(refuseByRoute(session, address.address, found.route.reject_reply));
         }
         callback();
