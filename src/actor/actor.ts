@@ -10,16 +10,19 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
+import { destinationOf } from '../route/destinations.ts';
 import type { RouteDirectory } from '../route/directory.ts';
-import { planDeliveries } from '../route/plan.ts';
+import { planDeliveries, replayUrlFor } from '../route/plan.ts';
 import type { AttachmentLinks } from '../signing/attachment-url.ts';
 import {
   type DeliveryDoc,
   type Intake,
   type MessageDoc,
+  type ReplayTarget,
   rawExists,
   readRaw,
   type Store,
+  type StoredAuth,
 } from '../store/queue.ts';
 import { type Change, releaseChange } from './change.ts';
 import {
@@ -154,15 +157,33 @@ export class MessageActor {
   }
 
   /** Takes the message back to queued for a new round of attempts (its state was checked). */
-  async replay(): Promise<void> {
-    await this.persist(decideReplay(this.doc, new Date()));
+  async replay(to?: ReplayTarget): Promise<void> {
+    await this.persist(decideReplay(this.doc, new Date(), to));
   }
 
   /** queued -> parsed -> routed (or dlq): one parse, one write. Returns the bodies to deliver. */
   private async parseAndRoute(raw: Uint8Array | undefined): Promise<Map<string, DeliveryBody> | undefined> {
-    const plan = await planDeliveries(this.deps.directory, this.doc);
+    let { plan, undecided } = await planDeliveries(this.deps.directory, this.doc);
+    let auth: StoredAuth | undefined;
+    if (undecided) {
+      // a recipient's route filters on a header or DMARC: parse once for those, then plan by them
+      // (the bodies are made by the second parse, with the authentication results of the first)
+      const first = await this.parse(raw, [], {
+        headerNames: [...(await this.deps.directory.headerNames())],
+      });
+      raw = undefined; // the parse thread has taken the bytes: the next parse reads them again
+      if (first.ok) {
+        auth = first.auth ?? this.doc.auth;
+        const facts = {
+          mailFrom: this.doc.envelope.mail_from,
+          headers: first.headerValues ?? {},
+          dmarc: auth?.results.dmarc.result ?? 'none',
+        };
+        ({ plan } = await planDeliveries(this.deps.directory, this.doc, facts));
+      }
+    }
     const pending = plan.flatMap((item) => ('planned' in item ? [item.planned] : []));
-    const output = await this.parse(raw, pending);
+    const output = await this.parse(raw, pending, auth ? { auth } : {});
     const at = new Date();
     if (!output.ok) {
       await this.persist(decideParseFailure(this.doc, output, at));
@@ -182,17 +203,23 @@ export class MessageActor {
     return new Map(output.bodies.map((body) => [body.deliveryId, body]));
   }
 
-  private async parse(raw: Uint8Array | undefined, deliveries: ReadonlyArray<Omit<DeliveryDoc, 'state'>>) {
+  private async parse(
+    raw: Uint8Array | undefined,
+    deliveries: ReadonlyArray<Omit<DeliveryDoc, 'state'>>,
+    extra: { headerNames?: string[]; auth?: StoredAuth } = {},
+  ) {
     const bytes = raw ?? (await readRaw(this.deps.store, this.doc));
     if (!bytes) return { ok: false as const, code: 'raw_missing' as const, message: 'raw message missing' };
     const specs = await Promise.all(
       deliveries.map(async (d) => {
         const route = await this.deps.directory.route(d.route_id);
+        const destination = route && destinationOf(route, d.destination_id, new Date());
         return {
           deliveryId: d.id,
           to: d.recipients,
           ...(d.plus_tag !== undefined ? { plusTag: d.plus_tag } : {}),
-          ...(route?.webhook_secret ? { secret: route.webhook_secret } : {}),
+          ...(destination?.secret ? { secret: destination.secret } : {}),
+          ...(destination?.previousSecret ? { previousSecret: destination.previousSecret } : {}),
         };
       }),
     );
@@ -202,6 +229,8 @@ export class MessageActor {
       receivedAt: this.doc.received_at.toISOString(),
       deliveries: specs,
       ...this.payloadOptions(),
+      ...(extra.auth ? { auth: { stored: extra.auth } } : {}),
+      ...(extra.headerNames ? { headerNames: extra.headerNames } : {}),
     });
   }
 
@@ -261,12 +290,16 @@ export class MessageActor {
     await Promise.all(
       due.map(async (delivery) => {
         const route = await this.deps.directory.route(delivery.route_id);
+        // the destination as it is now: a removed one is like a deleted route
+        const url =
+          replayUrlFor(this.doc, delivery.route_id) ??
+          (route && destinationOf(route, delivery.destination_id, new Date())?.url);
         const body = ready.get(delivery.id)!;
-        const result: AttemptResult | undefined = route
-          ? await this.deps.client.post(route.webhook_url, body.body, body.headers)
+        const result: AttemptResult | undefined = url
+          ? await this.deps.client.post(url, body.body, body.headers)
           : undefined;
         inFlight--;
-        await this.recordAttempt(delivery.id, result, route?.webhook_url, inFlight === 0);
+        await this.recordAttempt(delivery.id, result, url, inFlight === 0);
       }),
     );
   }

@@ -16,7 +16,7 @@ import {
 } from '../lifecycle/lifecycle.ts';
 import { type DeliveryEvent, FOLLOWS_DELIVERIES } from '../lifecycle/tables.ts';
 import type { DeliveryPlan } from '../route/plan.ts';
-import type { AttemptRecord, DeliveryDoc, MessageDoc, StoredAuth } from '../store/queue.ts';
+import type { AttemptRecord, DeliveryDoc, MessageDoc, ReplayTarget, StoredAuth } from '../store/queue.ts';
 import { type Change, releaseChange } from './change.ts';
 import {
   afterFailure,
@@ -151,8 +151,15 @@ export function decideRouting(
     ...(parsed.auth && !doc.auth ? { auth: storableAuth(parsed.auth) } : {}),
   };
   const parsedStep = messageStep('queued', 'parse_ok', at);
-  if (plan.length === 0) {
-    const step = messageStep(parsedStep.state, 'no_route', at, 'no route matches any recipient');
+  const dropping = plan.flatMap((item) => ('dropped' in item ? [item.dropped.route_id] : []));
+  const delivering = plan.filter(
+    (item): item is Exclude<DeliveryPlan[number], { dropped: unknown }> => !('dropped' in item),
+  );
+  if (delivering.length === 0) {
+    const step =
+      dropping.length > 0
+        ? messageStep(parsedStep.state, 'dropped', at, `dropped by route ${dropping.join(', ')}`)
+        : messageStep(parsedStep.state, 'no_route', at, 'no route matches any recipient');
     return {
       routed: false,
       change: {
@@ -162,7 +169,7 @@ export function decideRouting(
       },
     };
   }
-  const created = plan.map((item) => {
+  const created = delivering.map((item) => {
     if ('kept' in item) return { delivery: item.kept };
     const step = newDelivery(item.planned.id, at, `route ${item.planned.route_id}`);
     return { delivery: { ...item.planned, state: step.state }, entry: step.entry };
@@ -210,9 +217,13 @@ export function decideRetryStart(
 }
 
 /** An operator's replay: back to queued, counters reset, for a new round of attempts. */
-export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date): Change {
-  const step = messageStep(doc.state, 'replay', at, 'replay requested');
-  return { set: { state: step.state, parse_failures: 0, claims: 0 }, history: [step.entry] };
+export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date, to?: ReplayTarget): Change {
+  const detail = to ? `replay requested, to ${to.webhook_url}` : 'replay requested';
+  const step = messageStep(doc.state, 'replay', at, detail);
+  return {
+    set: { state: step.state, parse_failures: 0, claims: 0, replay_to: to ?? null },
+    history: [step.entry],
+  };
 }
 
 /**

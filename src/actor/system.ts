@@ -9,7 +9,15 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
 import * as queue from '../store/queue.ts';
-import { bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, type MessageDoc } from '../store/queue.ts';
+import {
+  BUCKET_GRACE_MS,
+  bucketDroppableAt,
+  bucketStart,
+  DUE_BUCKET_MS,
+  Intake,
+  type MessageDoc,
+  type ReplayTarget,
+} from '../store/queue.ts';
 import { AbandonedAcceptances } from './abandoned.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 import { type ReplayOutcome, takeForReplay } from './replay.ts';
@@ -52,6 +60,8 @@ export class ActorSystem {
   private readonly staleSince = new Map<string, number>();
   /** retry buckets (parking.ts) whose every pointer was handled when last read, by when */
   private readonly settledBuckets = new Map<string, number>();
+  /** per retry bucket, the pointers this process has seen through: claimed, or handled elsewhere */
+  private readonly handledPointers = new Map<string, Set<string>>();
   private stopping: Promise<void> | undefined;
 
   constructor(options: ActorSystemOptions) {
@@ -100,7 +110,7 @@ export class ActorSystem {
   }
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
-  async replay(id: string): Promise<ReplayOutcome> {
+  async replay(id: string, to?: ReplayTarget): Promise<ReplayOutcome> {
     const taken = await takeForReplay(this.options.store, id, {
       name: this.owner,
       leaseMs: this.options.leaseMs,
@@ -109,7 +119,7 @@ export class ActorSystem {
     });
     if (taken.outcome !== 'ok') return taken.outcome;
     const actor = new MessageActor(this.deps, taken.doc);
-    await actor.replay();
+    await actor.replay(to);
     this.track(actor, actor.run());
     return 'ok';
   }
@@ -189,37 +199,45 @@ export class ActorSystem {
     const store = this.options.store;
     const now = Date.now();
     const names = await queue.dueRetryBuckets(store, now);
-    for (const name of this.settledBuckets.keys())
-      if (!names.includes(name)) this.settledBuckets.delete(name);
+    for (const name of this.handledPointers.keys())
+      if (!names.includes(name)) this.handledPointers.delete(name);
     for (const name of names) {
+      const handled = this.handledPointers.get(name) ?? new Set<string>();
+      this.handledPointers.set(name, handled);
+      // a pointer acknowledged into a bucket (parking.ts) lands by then: until then it is read again
+      const complete = bucketStart(name)! + DUE_BUCKET_MS + BUCKET_GRACE_MS / 2 <= now;
       const droppable = bucketDroppableAt(name) <= now;
       if (this.settledBuckets.has(name) && !droppable) continue;
       let left = 0;
       for (const pointer of await queue.readRetryBucket(store, name)) {
         if (this.stopping || this.running.size >= this.maxActors) return;
+        if (handled.has(pointer._id)) continue;
         const id = pointer.message;
         if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) {
           left++;
           continue;
         }
         const claim = await queue.claim(store, pointer, this.owner, this.options.leaseMs);
-        if (claim.outcome === 'held') left++;
+        if (claim.outcome === 'held') {
+          left++;
+          continue;
+        }
+        handled.add(pointer._id);
         if (claim.outcome !== 'claimed') continue;
         this.deps.logger.debug(
           { event: EVENTS.leaseTakenOver, message: claim.doc._id, epoch: claim.doc.lease_epoch },
           'claimed a parked message',
         );
         this.spawn(claim.doc);
-        // a pointer this process claimed is handled: the bucket may settle at the next read
-        left++;
       }
-      if (left > 0) {
+      if (left > 0 || !complete) {
         this.settledBuckets.delete(name);
       } else if (droppable) {
         this.settledBuckets.delete(name);
+        this.handledPointers.delete(name);
         await queue.dropRetryBucket(store, name);
-      } else if (bucketStart(name)! + DUE_BUCKET_MS <= now) {
-        // its span has ended and nothing in it waits: no need to read it until it may be dropped
+      } else {
+        // every pointer it can ever hold is handled: no need to read it until it may be dropped
         this.settledBuckets.set(name, now);
       }
     }

@@ -20,7 +20,9 @@ import { LogThrottle } from '../log/throttle.ts';
 import { metrics, registry } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Parser } from '../parse/pool.ts';
+import { RouteDirectory } from '../route/directory.ts';
 import type { Store } from '../store/mongo.ts';
+import type { ReplayTarget } from '../store/read-model.ts';
 import { attachmentRoutes } from './attachments.ts';
 import { apiKeyHook, type FailureCounter, presentsKey } from './auth.ts';
 import { consoleRoutes } from './console.ts';
@@ -49,8 +51,14 @@ export interface AppDeps {
    * once every process of the instance routes by the change. Default: nothing to tell.
    */
   routingChanged?: () => Promise<void>;
+  /**
+   * The routes as the SMTP listener and the router of this process see them: the route tester
+   * answers from the same snapshot, so it cannot disagree with them. Default: one of the app's own,
+   * dropped on every change the API makes.
+   */
+  directory?: RouteDirectory;
   /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string) => Promise<ReplayOutcome>;
+  replay?: (id: string, to?: ReplayTarget) => Promise<ReplayOutcome>;
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;
@@ -173,9 +181,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     });
   });
 
-  const routingChanged = deps.routingChanged ?? (async () => {});
+  const directory = deps.directory ?? new RouteDirectory(deps.store);
+  const routingChanged = async () => {
+    await deps.routingChanged?.();
+    directory.invalidate();
+  };
   await app.register(domainRoutes, { store: deps.store, routingChanged });
-  await app.register(routeRoutes, { store: deps.store, routingChanged });
+  await app.register(routeRoutes, { store: deps.store, routingChanged, directory });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
   await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
   await app.register(metricsRoutes, {

@@ -32,7 +32,10 @@ export function toErrorBody(err: FastifyError | ServiceError | Error): { status:
   }
   if (fastifyError.validation) {
     const part = fastifyError.validationContext === 'querystring' ? 'invalid_query' : 'invalid_request';
-    return { status: 400, body: { error: part, message: fastifyError.message } };
+    // "must NOT have additional properties" alone does not say which one
+    const extra = fastifyError.validation[0]?.params?.additionalProperty;
+    const message = typeof extra === 'string' ? `${fastifyError.message}: ${extra}` : fastifyError.message;
+    return { status: 400, body: { error: part, message } };
   }
   const mapped = fastifyError.code ? FASTIFY_CODES[fastifyError.code] : undefined;
   if (mapped) return { status: ERRORS[mapped].http, body: { error: mapped, message: fastifyError.message } };

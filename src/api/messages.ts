@@ -14,7 +14,9 @@ import {
   type MessageQuery,
   type MessageSummary,
   openRawStream,
+  type ReplayTarget,
 } from '../store/read-model.ts';
+import { MAX_WEBHOOK_URL_LENGTH, normaliseWebhookUrl } from './routes.ts';
 
 export const MAX_LIMIT = 1000;
 export const MAX_OFFSET = 10_000_000;
@@ -34,6 +36,30 @@ interface BulkReplayBody {
   state?: 'dlq' | 'failed';
   domain?: string;
   limit?: number;
+  /** only messages with a delivery of this route still to make (not delivered) */
+  route_id?: string;
+  /** received at or after this time (ISO 8601) */
+  received_after?: string;
+  /** received before this time (ISO 8601) */
+  received_before?: string;
+  /** keyset cursor: only messages older than this id (`next_before` of the previous call) */
+  before?: string;
+  /** for this replay only: where the deliveries (of route_id, or all) go instead of their destinations */
+  webhook_url?: string;
+}
+
+/** The smallest message id of a millisecond: every message received before `ms` has a lower one. */
+function firstIdAt(ms: number): string {
+  return `m-${String(ms).padStart(13, '0')}${'0'.repeat(9)}`;
+}
+
+/** A time of the body, or a 400 naming the field. */
+function bodyTime(value: string | undefined, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  const ms = Date.parse(value);
+  if (!Number.isFinite(ms) || ms < 0)
+    throw new ServiceError('invalid_request', `${field} must be an ISO 8601 time`);
+  return ms;
 }
 
 /** A query number: plain decimal digits only (no `0x10`, `1e1`, `+5` or ` 1`), then the range. */
@@ -90,6 +116,7 @@ export function toMessageDetail(doc: MessageDoc) {
     deliveries: doc.deliveries.map((delivery) => ({
       id: delivery.id,
       route_id: delivery.route_id,
+      ...(delivery.destination_id !== undefined ? { destination_id: delivery.destination_id } : {}),
       webhook_url: delivery.webhook_url,
       recipients: delivery.recipients,
       ...(delivery.plus_tag !== undefined ? { plus_tag: delivery.plus_tag } : {}),
@@ -102,10 +129,16 @@ export function toMessageDetail(doc: MessageDoc) {
 
 interface Options {
   store: Store;
-  replay?: ((id: string) => Promise<ReplayOutcome>) | undefined;
+  replay?: ((id: string, to?: ReplayTarget) => Promise<ReplayOutcome>) | undefined;
 }
 
 export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, replay }) => {
+  /** The message has a delivery of this route that is not delivered (one lookup by id). */
+  const hasUndelivered = async (id: string, routeId: string): Promise<boolean> =>
+    (await getMessage(store, id))?.deliveries.some(
+      (d) => d.route_id === routeId && d.state !== 'delivered',
+    ) ?? false;
+
   app.get<{ Querystring: MessageQuery }>(
     '/messages',
     {
@@ -184,28 +217,73 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
             state: { type: 'string', enum: ['dlq', 'failed'], default: 'dlq' },
             domain: { ...DOMAIN_FILTER },
             limit: { type: 'integer', minimum: 1, maximum: MAX_BULK_REPLAY, default: 100 },
+            route_id: { type: 'string', minLength: 1, maxLength: 64 },
+            received_after: { type: 'string', minLength: 1, maxLength: 64 },
+            received_before: { type: 'string', minLength: 1, maxLength: 64 },
+            before: { type: 'string', minLength: 1, maxLength: 64 },
+            webhook_url: { type: 'string', minLength: 1, maxLength: 10_000 },
           },
         },
       },
     },
     async (request) => {
       if (!replay) throw new ServiceError('service_unavailable', 'replay is not available in this process');
-      const { state, domain, limit } = request.body;
+      const { state, domain, limit, route_id: routeId, before } = request.body;
+      const after = bodyTime(request.body.received_after, 'received_after');
+      const until = bodyTime(request.body.received_before, 'received_before');
+      if (before !== undefined && !isId('m', before))
+        throw new ServiceError(
+          'invalid_request',
+          'before must be a message id (next_before of the previous call)',
+        );
+      if (routeId !== undefined && !isId('r', routeId))
+        throw new ServiceError('invalid_request', 'route_id must be a route id');
+      let to: ReplayTarget | undefined;
+      if (request.body.webhook_url !== undefined) {
+        const url = normaliseWebhookUrl(request.body.webhook_url);
+        if (!url) {
+          throw new ServiceError(
+            'invalid_webhook_url',
+            `webhook_url must be an absolute http:// or https:// URL of at most ${MAX_WEBHOOK_URL_LENGTH} characters`,
+          );
+        }
+        to = { ...(routeId !== undefined ? { route_id: routeId } : {}), webhook_url: url };
+      }
       const query: MessageQuery = { limit: limit ?? 100, offset: 0, state: state ?? 'dlq' };
       if (domain) query.domain = domain.toLowerCase();
-      const found = await listMessages(store, query);
+      // the window's end and the cursor are both a keyset bound (ids carry their time)
+      const bounds = [before, until !== undefined ? firstIdAt(until) : undefined].filter(
+        (b) => b !== undefined,
+      );
+      if (bounds.length > 0) query.before = bounds.sort()[0]!;
+      // at most `limit` messages are looked at, newest first: the scan, not only the replays, is bounded
+      const scanned = await listMessages(store, query);
+      const inWindow = scanned.filter((doc) => after === undefined || doc.received_at.getTime() >= after);
+      const found = [];
+      for (let i = 0; i < inWindow.length; i += BULK_REPLAY_CONCURRENCY) {
+        const batch = inWindow.slice(i, i + BULK_REPLAY_CONCURRENCY);
+        const kept = await Promise.all(
+          batch.map(async (doc) =>
+            routeId === undefined || (await hasUndelivered(doc._id, routeId)) ? doc : undefined,
+          ),
+        );
+        found.push(...kept.filter((doc) => doc !== undefined));
+      }
       let requeued = 0;
       for (let i = 0; i < found.length; i += BULK_REPLAY_CONCURRENCY) {
         const outcomes = await Promise.all(
-          found.slice(i, i + BULK_REPLAY_CONCURRENCY).map((doc) => replay(doc._id)),
+          found.slice(i, i + BULK_REPLAY_CONCURRENCY).map((doc) => replay(doc._id, to)),
         );
         requeued += outcomes.filter((outcome) => outcome === 'ok').length;
       }
+      // more may be older than the last one looked at, and still in the window: where to go on from
+      const last = scanned[scanned.length - 1];
+      const more = scanned.length === query.limit && last !== undefined && inWindow.length === scanned.length;
       request.log.info(
         { event: EVENTS.messagesRequeued, matched: found.length, requeued, state: query.state },
         'bulk replay',
       );
-      return { matched: found.length, requeued };
+      return { matched: found.length, requeued, ...(more ? { next_before: last._id } : {}) };
     },
   );
 

@@ -609,20 +609,83 @@ async function routesView() {
         },
       ),
       table(
-        ['Domain', 'Pattern', 'Webhook', 'Signed', 'Id', ''],
+        ['Domain', 'Pattern', 'Action', 'Webhooks', 'Signed', 'Id', ''],
         routes.map((r) =>
           h(
             'tr',
             { 'data-id': r.id },
             h('td', {}, r.domain),
             h('td', { class: 'mono' }, r.recipient_pattern),
-            h('td', { class: 'mono' }, r.webhook_url),
-            h('td', {}, r.webhook_secret ? 'yes' : 'no'),
+            h('td', {}, r.action ?? 'webhook'),
+            h(
+              'td',
+              { class: 'mono' },
+              [r.webhook_url, ...(r.destinations ?? []).map((d) => `${d.webhook_url} (${d.id})`)].map((url) =>
+                h('div', {}, url),
+              ),
+            ),
+            h(
+              'td',
+              {},
+              r.webhook_secret ? 'yes' : 'no',
+              r.previous_secret_until ? ` (old secret until ${time(r.previous_secret_until)})` : '',
+            ),
             h('td', { class: 'mono' }, r.id),
             h('td', {}, deleteButton(`/routes/${r.id}`, reload, `Delete route ${r.recipient_pattern}`)),
           ),
         ),
         'No routes yet.',
+      ),
+    ),
+    h(
+      'div',
+      { class: 'card' },
+      h('h1', {}, 'Change a route'),
+      h(
+        'p',
+        { class: 'muted' },
+        'Fields left empty keep their value. A new secret rotates: the old one keeps signing for the grace period (default one day).',
+      ),
+      createForm(
+        'edit-route',
+        [
+          ['id', 'Route id', 'r-…'],
+          ['recipient_pattern', 'New recipient pattern', ''],
+          ['webhook_url', 'New webhook URL', ''],
+          ['webhook_secret', 'New signing secret', ''],
+          ['secret_grace_seconds', 'Old secret valid for (seconds)', '86400'],
+          ['action', 'Action (webhook, reject, drop)', ''],
+        ],
+        'Save route',
+        async (v) => {
+          const body = {};
+          for (const name of ['recipient_pattern', 'webhook_url', 'webhook_secret', 'action'])
+            if (v[name]) body[name] = v[name];
+          if (v.secret_grace_seconds) body.secret_grace_seconds = Number(v.secret_grace_seconds);
+          await api('PATCH', `/routes/${encodeURIComponent(v.id)}`, body);
+          await reload();
+        },
+      ),
+      h('h1', {}, 'Add a destination'),
+      h(
+        'p',
+        { class: 'muted' },
+        'The route also delivers to this URL, separately from its other destinations.',
+      ),
+      createForm(
+        'new-destination',
+        [
+          ['id', 'Route id', 'r-…'],
+          ['webhook_url', 'Webhook URL', 'https://archive.example/hook'],
+          ['webhook_secret', 'Signing secret (optional)', ''],
+        ],
+        'Add destination',
+        async (v) => {
+          const body = { webhook_url: v.webhook_url };
+          if (v.webhook_secret) body.webhook_secret = v.webhook_secret;
+          await api('POST', `/routes/${encodeURIComponent(v.id)}/destinations`, body);
+          await reload();
+        },
       ),
     ),
   );

@@ -23,6 +23,7 @@ export const MESSAGE_EVENTS = Object.freeze([
   'parser_unavailable', // the parse pool itself failed, too many times in a row
   'route', // deliveries decided
   'no_route', // no recipient matches a route any more (routes deleted since RCPT)
+  'dropped', // every recipient's route drops its mail (action `drop`): recorded, nothing to deliver
   'replay', // an operator asked for a new round of attempts
   'defect', // an invalid transition was asked for: a programming error, never retried
 ] as const);
@@ -49,7 +50,7 @@ export const MESSAGE_TABLE: Table<MessageStateName, MessageEvent> = Object.freez
     parser_unavailable: 'dlq',
     ...DEFECT,
   }),
-  parsed: Object.freeze({ route: 'routed', no_route: 'dlq', ...DEFECT }),
+  parsed: Object.freeze({ route: 'routed', no_route: 'dlq', dropped: 'delivered', ...DEFECT }),
   routed: DEFECT,
   failed: Object.freeze({ replay: 'queued', ...DEFECT }),
   retried: DEFECT,

@@ -36,7 +36,8 @@ export type SmtpReason =
   | 'no_route'
   | 'too_big'
   | 'too_many_recipients'
-  | 'storage_unavailable';
+  | 'storage_unavailable'
+  | 'route_rejected';
 
 const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   accepted: '2xx',
@@ -45,6 +46,8 @@ const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   too_big: '5xx',
   too_many_recipients: '4xx',
   storage_unavailable: '4xx',
+  // a `reject` route's own reply: 5xx unless the route names a 45x one
+  route_rejected: '5xx',
 });
 
 const smtpConnections = counter('mailroute_smtp_connections_total', 'SMTP connections opened');
@@ -152,8 +155,8 @@ export const metrics = Object.freeze({
   },
   /** `count` is read at each scrape */
   watchSmtpConnections,
-  smtpReply(reason: SmtpReason): void {
-    smtpTransactions.inc({ reply_class: SMTP_REPLY_CLASS[reason], reason });
+  smtpReply(reason: SmtpReason, replyClass: string = SMTP_REPLY_CLASS[reason]): void {
+    smtpTransactions.inc({ reply_class: replyClass, reason });
   },
   smtpBytes(bytes: number): void {
     smtpBytes.inc(bytes);

@@ -24,6 +24,8 @@ export interface DeliverySpec {
   plusTag?: string;
   /** the route's webhook_secret: the body is signed with it here, off the event loop */
   secret?: string;
+  /** the secret a rotation replaced, while its overlap lasts: signed with too (webhook-signature) */
+  previousSecret?: string;
 }
 export interface ParseInput {
   /** taken over by parseMessage, which lets go of it (sets it empty) once the message is parsed */
@@ -38,6 +40,8 @@ export interface ParseInput {
   auth?: { stored: StoredAuth } | { check: AuthRequest };
   /** when attachments go by URL instead of inline; absent: all inline */
   attachments?: AttachmentPolicy;
+  /** headers whose values the output names (lowercase): what routes' filters read */
+  headerNames?: string[];
 }
 export interface AttachmentPolicy extends AttachmentLinks {
   /** the message's id, part of each URL */
@@ -67,6 +71,8 @@ export type ParseOutput =
       defects: string[];
       /** the sender authentication the payload carries (computed here when it was asked to check) */
       auth?: StoredAuth;
+      /** the decoded values of the headers asked for by `headerNames`, by lowercase name */
+      headerValues?: Record<string, string[]>;
     }
   | Unparseable;
 
@@ -174,7 +180,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   const tail = `,"received_at":${json(input.receivedAt)}}`;
 
   const timestampSeconds = input.timestampSeconds ?? Math.floor(Date.now() / 1000);
-  const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret }): DeliveryBody => {
+  const bodies = input.deliveries.map(({ deliveryId, to, plusTag, secret, previousSecret }): DeliveryBody => {
     const toJson = json([...to]);
     const plusTagJson = plusTag === undefined ? '' : `,"plus_tag":${json(plusTag)}`;
     const body = assemble([head, toJson, ...shared, toJson, CLOSE_OBJECT, authJson, plusTagJson, tail]);
@@ -183,11 +189,24 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
       timestampSeconds,
       body,
       ...(secret ? { secret } : {}),
+      ...(previousSecret ? { previousSecret } : {}),
     });
     return { deliveryId, body, headers };
   });
 
-  return { ok: true, summary, bodies, defects: [...defects], ...(auth ? { auth } : {}) };
+  const headerValues = input.headerNames
+    ? Object.fromEntries(
+        input.headerNames.map((name) => [name, fields.filter((f) => f.name === name).map((f) => f.value)]),
+      )
+    : undefined;
+  return {
+    ok: true,
+    summary,
+    bodies,
+    defects: [...defects],
+    ...(auth ? { auth } : {}),
+    ...(headerValues ? { headerValues } : {}),
+  };
 }
 
 /** The stored results, or the check this thread makes of the raw bytes (before they are let go). */

@@ -10,9 +10,22 @@
 import type { RouteDoc } from '../store/documents.ts';
 import type { Store } from '../store/mongo.ts';
 import { readRoutingVersion } from '../store/routing-version.ts';
+import { type CompiledFilters, compileFilters, type FilterName, judge, type MatchFacts } from './filters.ts';
 import { compileRouteTable, type RouteMatch, type RouteRule, type RouteTable } from './match.ts';
 
 export type DirectoryRoute = RouteDoc & RouteRule;
+
+/** The route a recipient goes to, with what its filters made of the message so far. */
+export interface DirectoryMatch extends RouteMatch<DirectoryRoute> {
+  /** the route's filters need what is not known yet (the parsed message): decided at routing */
+  undecided?: FilterName;
+}
+
+/** A route of higher precedence passed over, and the filter of it that failed. */
+export interface PassedOver {
+  route: DirectoryRoute;
+  filter: FilterName;
+}
 
 interface Snapshot {
   loadedAt: number;
@@ -25,6 +38,10 @@ interface Snapshot {
   table: RouteTable<DirectoryRoute>;
   /** some route refuses DMARC failures (`dmarc_reject`) */
   dmarcReject: boolean;
+  /** the compiled filters of the routes that have any */
+  filters: ReadonlyMap<string, CompiledFilters>;
+  /** the header names some filter reads */
+  headerNames: readonly string[];
 }
 
 export interface DirectoryOptions {
@@ -77,15 +94,31 @@ export class RouteDirectory {
     return snapshot.domains.has(domain);
   }
 
-  /** The route for one recipient address, by the precedence of src/route/match.ts. */
-  async match(address: string): Promise<RouteMatch<DirectoryRoute> | undefined> {
+  /**
+   * The route for one recipient address: the first by the precedence of src/route/match.ts whose
+   * filters the message passes (src/route/filters.ts), as far as `facts` tell.
+   */
+  async match(address: string, facts: MatchFacts = {}): Promise<DirectoryMatch | undefined> {
+    return (await this.explain(address, facts)).found;
+  }
+
+  /** As match, with the routes of higher precedence whose filters passed the message over. */
+  async explain(
+    address: string,
+    facts: MatchFacts = {},
+  ): Promise<{ found: DirectoryMatch | undefined; passedOver: PassedOver[] }> {
     let snapshot = await this.current();
-    let found = snapshot.table.match(address);
-    if (!found && this.mayReload(snapshot)) {
+    let chosen = choose(snapshot, address, facts);
+    if (!chosen.found && this.mayReload(snapshot)) {
       snapshot = await this.reload();
-      found = snapshot.table.match(address);
+      chosen = choose(snapshot, address, facts);
     }
-    return found;
+    return chosen;
+  }
+
+  /** The header names some route's filter reads (what routing needs of the parsed message). */
+  async headerNames(): Promise<readonly string[]> {
+    return (await this.current()).headerNames;
   }
 
   /**
@@ -137,6 +170,11 @@ export class RouteDirectory {
       id: route._id,
       pattern: route.recipient_pattern,
     }));
+    const filters = new Map<string, CompiledFilters>();
+    for (const rule of rules) {
+      const compiled = compileFilters(rule.filters);
+      if (compiled) filters.set(rule.id, compiled);
+    }
     const snapshot: Snapshot = {
       loadedAt: Date.now(),
       generation,
@@ -145,8 +183,30 @@ export class RouteDirectory {
       routesById: new Map(rules.map((rule) => [rule.id, rule])),
       table: compileRouteTable(rules),
       dmarcReject: rules.some((rule) => rule.dmarc_reject),
+      filters,
+      headerNames: [
+        ...new Set(rules.flatMap((rule) => (rule.filters?.header ? [rule.filters.header.name] : []))),
+      ],
     };
     if (!this.snapshot || this.snapshot.generation <= generation) this.snapshot = snapshot;
     return snapshot;
   }
+}
+
+/** The first route by precedence whose filters the facts pass (or cannot judge yet). */
+function choose(
+  snapshot: Snapshot,
+  address: string,
+  facts: MatchFacts,
+): { found: DirectoryMatch | undefined; passedOver: PassedOver[] } {
+  // without filters the first match is the route: no need to find every matching one
+  if (snapshot.filters.size === 0) return { found: snapshot.table.match(address), passedOver: [] };
+  const passedOver: PassedOver[] = [];
+  for (const candidate of snapshot.table.candidates(address)) {
+    const verdict = judge(snapshot.filters.get(candidate.route.id), facts);
+    if ('undecided' in verdict) return { found: { ...candidate, undecided: verdict.undecided }, passedOver };
+    if (verdict.pass) return { found: candidate, passedOver };
+    passedOver.push({ route: candidate.route, filter: verdict.filter });
+  }
+  return { found: undefined, passedOver };
 }

@@ -22,7 +22,10 @@ export interface RouteMatch<R extends RouteRule> {
 }
 
 export interface RouteTable<R extends RouteRule> {
+  /** the route of highest precedence that matches */
   match(address: string): RouteMatch<R> | undefined;
+  /** every route that matches, highest precedence first (a route's filters may pass it over) */
+  candidates(address: string): Array<RouteMatch<R>>;
 }
 
 /** RFC 5321 path limit; longer input never matches, which bounds the work done per call. */
@@ -169,6 +172,34 @@ export function compileRouteTable<R extends RouteRule>(routes: readonly R[]): Ro
     return bestTag === undefined ? { route: best.route } : { route: best.route, plusTag: bestTag };
   };
 
+  /** Every plus route whose base the local part has, by rank. */
+  const allPlus = (local: string, domain: string): Array<RouteMatch<R> & { rank: number }> => {
+    const found: Array<RouteMatch<R> & { rank: number }> = [];
+    const consider = (base: string, tag: string | undefined): void => {
+      const candidate = plusByBaseAddress.get(`${base}@${domain}`);
+      if (candidate === undefined || found.some((f) => f.route === candidate.route)) return;
+      found.push({
+        route: candidate.route,
+        rank: candidate.rank,
+        ...(tag !== undefined ? { plusTag: tag } : {}),
+      });
+    };
+    consider(local, undefined);
+    for (let plus = local.indexOf('+'); plus !== -1; plus = local.indexOf('+', plus + 1)) {
+      consider(local.slice(0, plus), local.slice(plus + 1));
+    }
+    return found.sort((a, b) => a.rank - b.rank);
+  };
+
+  const allMatching = (
+    candidates: readonly ScannedRoute<R>[],
+    address: string,
+    local: string,
+  ): Array<RouteMatch<R>> =>
+    candidates
+      .filter((candidate) => candidate.regex.test(candidate.scope === 'address' ? address : local))
+      .map((candidate) => ({ route: candidate.route }));
+
   const firstMatching = (
     candidates: readonly ScannedRoute<R>[],
     address: string,
@@ -199,6 +230,22 @@ export function compileRouteTable<R extends RouteRule>(routes: readonly R[]): Ro
       const scanned = scannedByDomain.get(domain);
       if (scanned === undefined) return undefined;
       return firstMatching(scanned.regex, address, local) ?? firstMatching(scanned.wildcard, address, local);
+    },
+    candidates(rawAddress: string): Array<RouteMatch<R>> {
+      if (rawAddress.length > MAX_ADDRESS_LENGTH) return [];
+      const address = rawAddress.toLowerCase();
+      const at = address.lastIndexOf('@');
+      if (at <= 0 || at === address.length - 1) return [];
+      const local = address.slice(0, at);
+      const domain = address.slice(at + 1);
+      const exact = exactByAddress.get(address);
+      const scanned = scannedByDomain.get(domain);
+      return [
+        ...(exact !== undefined ? [{ route: exact.route }] : []),
+        ...allPlus(local, domain).map(({ rank: _rank, ...match }) => match),
+        ...(scanned ? allMatching(scanned.regex, address, local) : []),
+        ...(scanned ? allMatching(scanned.wildcard, address, local) : []),
+      ];
     },
   };
 }

@@ -136,10 +136,11 @@ export async function prepareWorkerService({
     store,
     config,
     logger,
-    replay: (id) => actors.replay(id),
+    replay: (id, to) => actors.replay(id, to),
     pool,
     urlKey,
     routingChanged,
+    directory,
     processMetrics: instanceMetrics,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
   });

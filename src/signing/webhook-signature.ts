@@ -96,18 +96,26 @@ export interface DeliveryHeadersInput {
   timestampSeconds: number;
   /** Endpoint signing secret; absent or empty means the endpoint is unsigned. */
   secret?: string;
+  /**
+   * The secret a rotation replaced, while the overlap lasts: `webhook-signature` carries its
+   * signature after the current one (Standard Webhooks' space-separated list), so a receiver that
+   * still verifies with it keeps verifying. `x-service-signature` has room for one: the current.
+   * Ignored without `secret`.
+   */
+  previousSecret?: string;
   /** The exact bytes that will be POSTed. */
   body: Uint8Array;
 }
 
 /**
  * Headers for one delivery attempt: always `content-type`, `webhook-id` and `webhook-timestamp`;
- * with a non-empty secret also `x-service-signature` and `webhook-signature`.
+ * with a non-empty secret also `x-service-signature` and `webhook-signature` (with a previous
+ * secret, two signatures in it).
  *
  * @throws as {@link standardWebhookSignature} does; the timestamp is checked even when unsigned.
  */
 export function deliveryHeaders(input: DeliveryHeadersInput): Record<string, string> {
-  const { deliveryId, timestampSeconds, secret, body } = input;
+  const { deliveryId, timestampSeconds, secret, previousSecret, body } = input;
   assertTimestamp(timestampSeconds);
   const headers: Record<string, string> = {
     [DELIVERY_HEADER.contentType]: 'application/json',
@@ -116,12 +124,10 @@ export function deliveryHeaders(input: DeliveryHeadersInput): Record<string, str
   };
   if (typeof secret === 'string' && secret.length > 0) {
     headers[DELIVERY_HEADER.serviceSignature] = serviceSignature(secret, body);
-    headers[DELIVERY_HEADER.webhookSignature] = standardWebhookSignature(
-      secret,
-      deliveryId,
-      timestampSeconds,
-      body,
-    );
+    const signatures = [standardWebhookSignature(secret, deliveryId, timestampSeconds, body)];
+    if (previousSecret && previousSecret !== secret)
+      signatures.push(standardWebhookSignature(previousSecret, deliveryId, timestampSeconds, body));
+    headers[DELIVERY_HEADER.webhookSignature] = signatures.join(' ');
   }
   return headers;
 }

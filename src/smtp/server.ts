@@ -17,6 +17,7 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics, type SmtpReason } from '../metrics/metrics.ts';
 import type { Parser } from '../parse/pool.ts';
+import { DEFAULT_REJECT_REPLY } from '../route/actions.ts';
 import type { RouteDirectory } from '../route/directory.ts';
 import type { AcceptedMessage, RawUpload, Store, StoredAuth } from '../store/queue.ts';
 import * as queue from '../store/queue.ts';
@@ -64,13 +65,19 @@ function clientOf(session: SMTPServerSession): { ip: string; helo: string } {
 }
 
 /** The catalog entry each refusal is answered with. */
-const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted'>, ErrorCode>> = Object.freeze({
-  unknown_domain: 'relay_denied',
-  no_route: 'no_such_recipient',
-  too_big: 'message_too_big',
-  too_many_recipients: 'too_many_recipients',
-  storage_unavailable: 'storage_unavailable',
-});
+const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted' | 'route_rejected'>, ErrorCode>> =
+  Object.freeze({
+    unknown_domain: 'relay_denied',
+    no_route: 'no_such_recipient',
+    too_big: 'message_too_big',
+    too_many_recipients: 'too_many_recipients',
+    storage_unavailable: 'storage_unavailable',
+  });
+
+/** The envelope sender as routes' filters see it: lowercase, '' for a bounce. */
+function mailFromOf(session: SMTPServerSession): string {
+  return session.envelope.mailFrom ? session.envelope.mailFrom.address.toLowerCase() : '';
+}
 
 function domainOf(address: string): string {
   return address.slice(address.lastIndexOf('@') + 1).toLowerCase();
@@ -87,7 +94,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
   /** A refusal, counted and logged at info with who sent what to whom and what they were told. */
   function refuse(
     session: SMTPServerSession,
-    reason: Exclude<SmtpReason, 'accepted'>,
+    reason: Exclude<SmtpReason, 'accepted' | 'route_rejected'>,
     recipient?: string,
     sent?: string,
   ): ServiceError {
@@ -106,6 +113,29 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       'refused',
     );
     return reply;
+  }
+
+  /** A recipient a `reject` route refuses, with the route's reply (the route API checked its form). */
+  function refuseByRoute(
+    session: SMTPServerSession,
+    recipient: string,
+    routeReply: string | undefined,
+  ): Error {
+    const sent = routeReply ?? DEFAULT_REJECT_REPLY;
+    const code = Number(sent.slice(0, 3));
+    metrics.smtpReply('route_rejected', code < 500 ? '4xx' : '5xx');
+    log.info(
+      {
+        event: EVENTS.smtpRejected,
+        reason: 'route_rejected',
+        client: session.remoteAddress,
+        mail_from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+        rcpt_to: recipient,
+        reply: sent,
+      },
+      'refused',
+    );
+    return Object.assign(new Error(sent.slice(4)), { responseCode: code });
   }
 
   /**
@@ -160,7 +190,9 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     const check = deps.auth;
     if (!check || !(await directory.anyRefusesDmarcFailures())) return undefined;
     const routes = await Promise.all(
-      session.envelope.rcptTo.map((r) => directory.match(r.address.toLowerCase())),
+      session.envelope.rcptTo.map((r) =>
+        directory.match(r.address.toLowerCase(), { mailFrom: mailFromOf(session) }),
+      ),
     );
     if (!routes.some((found) => found?.route.dmarc_reject)) return undefined;
     // a copy: the pool takes its input over, and these bytes are still to be stored and parsed
@@ -216,8 +248,12 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         if (!(await directory.servesDomain(domainOf(recipient)))) {
           return callback(refuse(session, 'unknown_domain', address.address));
         }
-        if (!(await directory.match(recipient))) {
-          return callback(refuse(session, 'no_route', address.address));
+        // at RCPT only the envelope is known: a route filtering on a header or DMARC is decided
+        // once the message is parsed, and the recipient is accepted for it meanwhile
+        const found = await directory.match(recipient, { mailFrom: mailFromOf(session) });
+        if (!found) return callback(refuse(session, 'no_route', address.address));
+        if (found.route.action === 'reject' && !found.undecided) {
+          return callback(refuseByRoute(session, address.address, found.route.reject_reply));
         }
         callback();
       })().catch((err: unknown) => {

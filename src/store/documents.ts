@@ -27,6 +27,36 @@ export interface RouteDoc {
   webhook_secret?: string;
   /** refuse at SMTP time (550 5.7.1) mail that fails DMARC under p=reject; absent: off */
   dmarc_reject?: true;
+  /** what the route does with its recipients; absent: `webhook` (deliver) */
+  action?: 'reject' | 'drop';
+  /** a `reject` route's SMTP reply, `<4xx|5xx> <enhanced code> <text>`; absent: 550 5.7.1 */
+  reject_reply?: string;
+  /** the secret replaced by the last rotation: deliveries are signed with it too until `previous_secret_until` */
+  previous_webhook_secret?: string;
+  previous_secret_until?: Date;
+  /** conditions besides recipient_pattern (src/route/filters.ts); absent: none */
+  filters?: RouteFilterDoc;
+  /** destinations besides webhook_url, each delivered to separately; absent: none */
+  destinations?: RouteDestinationDoc[];
+  created_at: Date;
+}
+
+/** A route's filters, as stored (normalised on write). */
+export interface RouteFilterDoc {
+  /** the envelope sender: a recipient-style pattern with its domain, or a /regex/ */
+  mail_from?: string;
+  /** one header (lowercase name): an exact value, compared case-insensitively, or a /regex/ */
+  header?: { name: string; value: string };
+  /** the sender's DMARC result must be this */
+  dmarc?: 'pass';
+}
+
+/** A further destination of a route (src/route/destinations.ts). */
+export interface RouteDestinationDoc {
+  /** unique within its route, part of its deliveries' ids */
+  id: string;
+  webhook_url: string;
+  webhook_secret?: string;
   created_at: Date;
 }
 

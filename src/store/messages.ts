@@ -45,6 +45,8 @@ export interface DeliveryDoc {
   /** stable across retries: sent as webhook-id, the receiver's idempotency key */
   id: string;
   route_id: string;
+  /** which of the route's further destinations (src/route/destinations.ts); absent: its own webhook_url */
+  destination_id?: string;
   webhook_url: string;
   recipients: string[];
   plus_tag?: string;
@@ -52,6 +54,13 @@ export interface DeliveryDoc {
   /** attempts made in the current round (a replay starts a new round) */
   attempts: number;
   next_attempt_at?: Date;
+}
+
+/** Where a replay sends a message's deliveries instead of their destinations (POST /messages/retry). */
+export interface ReplayTarget {
+  /** only this route's deliveries; absent: every delivery of the message */
+  route_id?: string;
+  webhook_url: string;
 }
 
 export interface MessageDoc {
@@ -97,6 +106,11 @@ export interface MessageDoc {
   /** takeovers since acceptance or the last replay. Still queued after several means its processing
    * kills the process that tries it: it is dead-lettered rather than crash every process in turn */
   claims?: number;
+  /**
+   * an operator's replay to another URL: the deliveries of `route_id` (all, without it) go there
+   * in this round instead of to their destination; null or absent: to their destinations
+   */
+  replay_to?: ReplayTarget | null;
   /** how many times an operator replayed it */
   replays?: number;
 }

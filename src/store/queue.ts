@@ -19,6 +19,7 @@ import { claimMessage, deleteExpiredLeases, findDue } from './leases.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import {
+  BUCKET_GRACE_MS,
   bucketDroppableAt,
   bucketStart,
   claimParked,
@@ -41,13 +42,14 @@ export type {
   HistoryEntry,
   MessageDoc,
   Ownership,
+  ReplayTarget,
   SenderAuth,
   StoredAuth,
 } from './messages.ts';
 export { scheduledAs } from './messages.ts';
 export type { Store } from './mongo.ts';
 export type { DuePointer, IntakeEntry, ParkedClaim };
-export { bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, isArchivable, isParkable };
+export { BUCKET_GRACE_MS, bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, isArchivable, isParkable };
 
 // ---------- accept ----------
 

@@ -2,6 +2,6 @@
 // the raw bytes. Reads only; every move is the queue seam's (queue.ts).
 export { isId } from './ids.ts';
 export type { MessageSummary } from './listing.ts';
-export type { MessageDoc } from './messages.ts';
+export type { MessageDoc, ReplayTarget } from './messages.ts';
 export { openRawStream, readRaw } from './raw.ts';
 export { getMessage, listMessages, locateMessage, type MessageQuery } from './reads.ts';

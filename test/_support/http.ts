@@ -65,6 +65,9 @@ export class ApiClient {
   post<T = unknown>(path: string, body?: unknown, options?: RequestOptions) {
     return this.request<T>('POST', path, { ...options, body });
   }
+  patch<T = unknown>(path: string, body?: unknown, options?: RequestOptions) {
+    return this.request<T>('PATCH', path, { ...options, body });
+  }
   delete<T = unknown>(path: string, options?: RequestOptions) {
     return this.request<T>('DELETE', path, options);
   }

@@ -160,3 +160,119 @@ test('DELETE /routes/{id} is 204 and the route is gone; then 404', async (t) => 
   t.is(again.status, 404);
   t.is(again.body.error, 'not_found');
 });
+
+test('PATCH /routes/{id} changes the fields given and keeps the rest, the id and created_at', async (t) => {
+  const created = await api.client.post<Route>('/routes', {
+    ...valid,
+    recipient_pattern: 'patch-me',
+    webhook_secret: 'one',
+  });
+  const res = await api.client.for(t).patch<Route>(`/routes/${created.body.id}`, {
+    webhook_url: 'https://hooks.example/moved',
+    action: 'drop',
+  });
+  t.is(res.status, 200);
+  t.like(res.body, {
+    id: created.body.id,
+    recipient_pattern: 'patch-me',
+    webhook_url: 'https://hooks.example/moved',
+    webhook_secret: 'one',
+    action: 'drop',
+    created_at: created.body.created_at,
+  });
+  const list = await api.client.for(t).get<Route[]>('/routes');
+  t.deepEqual(
+    list.body.find((r) => r.id === created.body.id),
+    res.body,
+  );
+  // back to the default action, and the secret removed: both fields gone, no overlap kept
+  const reset = await api.client
+    .for(t)
+    .patch<Route>(`/routes/${created.body.id}`, { action: 'webhook', webhook_secret: '' });
+  t.false('action' in reset.body);
+  t.false('webhook_secret' in reset.body);
+  t.false('previous_secret_until' in reset.body);
+});
+
+test('PATCH /routes/{id}: a secret rotation keeps the old one for the grace period; 0 ends it', async (t) => {
+  const created = await api.client.post<Route>('/routes', {
+    ...valid,
+    recipient_pattern: 'rotate-me',
+    webhook_secret: 'old',
+  });
+  const rotated = await api.client
+    .for(t)
+    .patch<Route>(`/routes/${created.body.id}`, { webhook_secret: 'new', secret_grace_seconds: 3600 });
+  t.is(rotated.body.webhook_secret, 'new');
+  const until = Date.parse(rotated.body.previous_secret_until ?? '');
+  t.true(until > Date.now() + 3500_000 && until <= Date.now() + 3600_000, rotated.body.previous_secret_until);
+  t.false(JSON.stringify(rotated.body).includes('"old"'), 'the previous secret is never shown');
+  const ended = await api.client
+    .for(t)
+    .patch<Route>(`/routes/${created.body.id}`, { secret_grace_seconds: 0 });
+  t.false('previous_secret_until' in ended.body);
+  const noOverlap = await api.client
+    .for(t)
+    .patch<Route>(`/routes/${created.body.id}`, { webhook_secret: 'newer', secret_grace_seconds: 0 });
+  t.false('previous_secret_until' in noOverlap.body);
+});
+
+test("PATCH /routes/{id} validates as POST does: 400 naming the field, 409 for another route's pattern, 404", async (t) => {
+  const created = await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'check-me' });
+  await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'taken' });
+  const path = `/routes/${created.body.id}`;
+  const cases: Array<[unknown, number, string, RegExp]> = [
+    [{}, 400, 'invalid_request', /./],
+    [{ webhook_url: 'ftp://x.example/' }, 400, 'invalid_webhook_url', /webhook_url/],
+    [{ webhook_url: '' }, 400, 'invalid_request', /webhook_url/],
+    [{ recipient_pattern: '/(a+)+$/' }, 400, 'invalid_recipient_pattern', /./],
+    [{ webhook_secret: 'whsec_***' }, 400, 'invalid_request', /webhook_secret/],
+    [{ action: 'bounce' }, 400, 'invalid_request', /action/],
+    [{ reject_reply: '250 2.0.0 fine' }, 400, 'invalid_request', /reject_reply/],
+    [{ reject_reply: '550 4.7.1 mixed classes' }, 400, 'invalid_request', /reject_reply/],
+    [{ secret_grace_seconds: -1 }, 400, 'invalid_request', /secret_grace_seconds/],
+    [{ domain: 'example.com' }, 400, 'invalid_request', /domain/],
+    [{ recipient_pattern: 'Taken@example.com' }, 409, 'route_exists', /taken/],
+  ];
+  for (const [body, status, error, message] of cases) {
+    const res = await api.client.for(t).patch<ErrorBody>(path, body);
+    t.is(res.status, status, JSON.stringify(body));
+    t.is<string, string>(res.body.error, error, JSON.stringify(body));
+    t.regex(res.body.message, message, JSON.stringify(body));
+  }
+  // its own pattern, written another way, is no conflict
+  t.is((await api.client.for(t).patch(path, { recipient_pattern: 'check-me@example.com' })).status, 200);
+  t.is(
+    (await api.client.for(t).patch('/routes/r-0000000000000000000000', { webhook_url: 'https://x.example/' }))
+      .status,
+    404,
+  );
+  t.is(
+    (await api.client.for(t).patch('/routes/nonsense', { webhook_url: 'https://x.example/' })).status,
+    404,
+  );
+});
+
+test('POST /routes/{id}/destinations: validated as webhook_url is, at most 9, 404 for an unknown route', async (t) => {
+  const created = await api.client.post<Route>('/routes', { ...valid, recipient_pattern: 'fan-out' });
+  const path = `/routes/${created.body.id}/destinations`;
+  const bad = await api.client.for(t).post<ErrorBody>(path, { webhook_url: 'not a url' });
+  t.is(bad.status, 400);
+  t.is(bad.body.error, 'invalid_webhook_url');
+  const badSecret = await api.client
+    .for(t)
+    .post<ErrorBody>(path, { webhook_url: 'https://x.example/', webhook_secret: 'whsec_!' });
+  t.is(badSecret.status, 400);
+  t.regex(badSecret.body.message, /webhook_secret/);
+  for (let i = 0; i < 9; i++) {
+    t.is((await api.client.for(t).post(path, { webhook_url: `https://x${i}.example/` })).status, 201);
+  }
+  const tenth = await api.client.for(t).post<ErrorBody>(path, { webhook_url: 'https://x9.example/' });
+  t.is(tenth.status, 400);
+  t.regex(tenth.body.message, /at most 9/);
+  const missing = await api.client
+    .for(t)
+    .post('/routes/r-0000000000000000000000/destinations', { webhook_url: 'https://x.example/' });
+  t.is(missing.status, 404);
+  t.is((await api.client.for(t).delete(`${path}/dst-00000000`)).status, 404);
+});

@@ -1,7 +1,8 @@
 // The web console end to end in a real browser (Debian's chromium through playwright-core)
 // against the running service, real mail and a real webhook receiver: sign in, find and open a
 // message, replay dead letters (one, then all that match) and see them delivered, create and
-// delete a route, use the route tester; a wrong key says so. Writes the screenshots in docs/ with
+// delete a route, use the route tester, edit a route, rotate its secret and add a destination; a
+// wrong key says so. Writes the screenshots in docs/ with
 // CONSOLE_SCREENSHOTS=1, else in a temporary directory (a test run leaves the checkout as it was).
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -174,4 +175,47 @@ serial('domains and routes: create a route, test an address against it, delete i
   await page.locator(`#view tr[data-id="${routeId}"]`).waitFor({ state: 'detached' });
   const routes = await api.get<Array<{ id: string }>>('/routes');
   t.false(routes.body.some((r) => r.id === routeId));
+});
+
+serial('a route is edited, its secret rotated and a destination added from the console', async (t) => {
+  const created = await api.post<{ id: string }>('/routes', {
+    domain: DOMAIN,
+    recipient_pattern: 'billing',
+    webhook_url: 'https://old.example/hook',
+    webhook_secret: 'first secret',
+  });
+  t.is(created.status, 201);
+  const id = created.body.id;
+  await page.goto(`${pipe.service.baseUrl}/console#/routes`);
+  const edit = page.locator('#edit-route');
+  await edit.waitFor();
+  await edit.locator('input[name=id]').fill(id);
+  await edit.locator('input[name=webhook_url]').fill('https://new.example/hook');
+  await edit.locator('input[name=webhook_secret]').fill('second secret');
+  await edit.getByRole('button', { name: 'Save route' }).click();
+  const row = page.locator(`#view tr[data-id="${id}"]`);
+  await page.locator(`#view tr[data-id="${id}"]`, { hasText: 'https://new.example/hook' }).waitFor();
+  t.regex((await row.textContent()) ?? '', /old secret until/);
+
+  const add = page.locator('#new-destination');
+  await add.locator('input[name=id]').fill(id);
+  await add.locator('input[name=webhook_url]').fill('https://archive.example/hook');
+  await add.getByRole('button', { name: 'Add destination' }).click();
+  await page.locator(`#view tr[data-id="${id}"]`, { hasText: 'https://archive.example/hook' }).waitFor();
+
+  interface Listed {
+    id: string;
+    webhook_url: string;
+    webhook_secret?: string;
+    previous_secret_until?: string;
+    destinations?: Array<{ webhook_url: string }>;
+  }
+  const route = (await api.get<Listed[]>('/routes')).body.find((r) => r.id === id);
+  t.like(route, { webhook_url: 'https://new.example/hook', webhook_secret: 'second secret' });
+  t.deepEqual(
+    route?.destinations?.map((d) => d.webhook_url),
+    ['https://archive.example/hook'],
+  );
+  t.truthy(route?.previous_secret_until);
+  t.is((await api.delete(`/routes/${id}`)).status, 204);
 });

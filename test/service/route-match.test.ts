@@ -1,6 +1,7 @@
 // GET /routes/match, the route tester: which route receives an address and why, through real
 // HTTP against a real database (every answer checked against openapi.yaml).
 import test from 'ava';
+import { idAt } from '../../src/store/ids.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 
 interface Match {
@@ -87,3 +88,33 @@ for (const [query, what] of [
     t.regex(res.body.error, /^invalid_(query|request)$/);
   });
 }
+
+// Regression (seen once in a fresh clone): the tester had a directory of its own that reloaded on
+// every question, and a question asked just after POST /domains answered shared a load started
+// just before the insert, so it said `domain_registered: false` for a domain the SMTP listener
+// already accepted. Many routes make each load long enough for the POST to happen inside one.
+test('a domain registered while a route load is in flight is registered in the very next answer', async (t) => {
+  const own = await startApi({ label: 'route_match_load' });
+  t.teardown(() => own.close());
+  t.is((await own.client.post('/domains', { name: 'many.example' })).status, 201);
+  const now = Date.now();
+  await own.store.routes.insertMany(
+    Array.from({ length: 3000 }, (_, i) => ({
+      _id: idAt('r', now - 10_000 + Math.floor(i / 1000), i),
+      domain: 'many.example',
+      recipient_pattern: `user${i}@many.example`,
+      kind: 'exact' as const,
+      scope: 'address' as const,
+      webhook_url: 'https://hooks.example/many',
+      created_at: new Date(now - 10_000 + i),
+    })),
+  );
+  for (let i = 0; i < 3; i++) {
+    const name = `late${i}.example`;
+    const inFlight = own.client.get('/routes/match?address=anyone%40many.example');
+    t.is((await own.client.post('/domains', { name })).status, 201);
+    const res = await own.client.for(t).get<Match>(`/routes/match?address=x%40${name}`);
+    t.true(res.body.domain_registered, `${name}: ${res.body.reason}`);
+    await inFlight;
+  }
+});

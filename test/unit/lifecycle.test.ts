@@ -46,6 +46,7 @@ const MESSAGE_ALLOWED: Array<[MessageStateName, MessageEvent, MessageStateName]>
   ['queued', 'parser_unavailable', 'dlq'],
   ['parsed', 'route', 'routed'],
   ['parsed', 'no_route', 'dlq'],
+  ['parsed', 'dropped', 'delivered'],
   ['failed', 'replay', 'queued'],
   ['dlq', 'replay', 'queued'],
   ...NOT_FINAL.map((state): [MessageStateName, MessageEvent, MessageStateName] => [state, 'defect', 'dlq']),

@@ -180,3 +180,23 @@ test('a stored regex that no longer compiles fails the whole table loudly, namin
   const broken: RouteRule = { ...route('/a/'), id: 'broken-route', pattern: '/(a)\\1/' };
   t.throws(() => compileRouteTable([broken]), { message: /broken-route/ });
 });
+
+test('candidates lists every matching route by precedence, the first of them the one match picks', (t) => {
+  const wildcard = route('*', { createdAt: '2024-01-01T00:00:00Z' });
+  const regex = route('/a.*/', { createdAt: '2024-01-03T00:00:00Z' });
+  const olderPlus = route('alice+*', { createdAt: '2024-01-04T00:00:00Z' });
+  const newerPlus = route('alice+news+*', { createdAt: '2024-01-05T00:00:00Z' });
+  const exact = route('alice+news+x', { createdAt: '2024-01-06T00:00:00Z' });
+  const table = compileRouteTable([wildcard, newerPlus, exact, regex, olderPlus]);
+  const address = 'alice+news+x@example.com';
+  const candidates = table.candidates(address);
+  t.deepEqual(
+    candidates.map((c) => c.route),
+    [exact, olderPlus, newerPlus, regex, wildcard],
+  );
+  t.is<RouteRule | undefined, RouteRule | undefined>(candidates[0]?.route, table.match(address)?.route);
+  t.is(candidates[1]!.plusTag, 'news+x');
+  t.is(candidates[2]!.plusTag, 'x');
+  t.deepEqual(table.candidates('bob@other.com'), []);
+  t.deepEqual(table.candidates(`${'a'.repeat(MAX_ADDRESS_LENGTH)}@example.com`), []);
+});

@@ -143,3 +143,34 @@ test('deliveryHeaders uses the Standard Webhooks vector end to end', (t) => {
   const headers = deliveryHeaders({ deliveryId: id, timestampSeconds: timestamp, secret, body: utf8(body) });
   t.is(headers['webhook-signature'], expected);
 });
+
+test('deliveryHeaders during a rotation: both signatures in webhook-signature, the new one first; X-Service-Signature the new', (t) => {
+  const body = utf8('{"to":["a@example.com"]}');
+  const current = `whsec_${Buffer.from('the new key, 32 bytes long......').toString('base64')}`;
+  const previous = 'the old plain secret';
+  const headers = deliveryHeaders({
+    deliveryId: 'm-1.r-1',
+    timestampSeconds: 1700000000,
+    secret: current,
+    previousSecret: previous,
+    body,
+  });
+  const expected = (key: Buffer) =>
+    `v1,${createHmac('sha256', key).update('m-1.r-1.1700000000.').update(body).digest('base64')}`;
+  t.is(
+    headers['webhook-signature'],
+    `${expected(Buffer.from('the new key, 32 bytes long......'))} ${expected(Buffer.from(previous, 'utf8'))}`,
+  );
+  t.is(headers['x-service-signature'], serviceSignature(current, body));
+  // the same secret twice, or a previous one without a current one, adds nothing
+  const same = deliveryHeaders({
+    deliveryId: 'x',
+    timestampSeconds: 1,
+    secret: current,
+    previousSecret: current,
+    body,
+  });
+  t.false(same['webhook-signature']!.includes(' '));
+  const unsigned = deliveryHeaders({ deliveryId: 'x', timestampSeconds: 1, previousSecret: previous, body });
+  t.false('webhook-signature' in unsigned);
+});
