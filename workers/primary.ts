@@ -12,6 +12,7 @@ import { createLogger } from '../src/log/logger.ts';
 import { Supervisor } from '../src/service/supervisor.ts';
 import { Housekeeping } from '../src/store/housekeeping.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../src/store/keys.ts';
+import { ensureLayout } from '../src/store/layout.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { freePort } from '../src/util/ports.ts';
 
@@ -91,6 +92,7 @@ if (database.source !== 'configured') {
 // earlier layout): one process does it, in the background
 try {
   const store = await openStore({ uri: database.uri, profile: config.storageProfile, ensureIndexes: true });
+  await ensureLayout(store);
   // made once here, like the indexes: the workers only read it
   await serviceKey(store, ATTACHMENT_URL_KEY);
   new Housekeeping({

@@ -2,7 +2,9 @@
 // restart, a clean exit on SIGTERM.
 import test from 'ava';
 import { runToExit, startService } from '../../scripts/service-process.ts';
-import { databaseUri, freshDbName } from '../_support/db.ts';
+import { LAYOUT_VERSION } from '../../src/store/layout.ts';
+import { openStore } from '../../src/store/mongo.ts';
+import { databaseUri, freshDbName, testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 
 test('data written through the API survives a restart; SIGTERM exits 0', async (t) => {
@@ -83,4 +85,29 @@ test('an unreachable MONGODB_URI exits non-zero with one clear line', async (t) 
   const { code, output } = await runToExit(['--mongodb-uri', 'mongodb://127.0.0.1:1/'], {});
   t.is(code, 1);
   t.regex(output, /cannot use the database at MONGODB_URI/);
+});
+
+test('the layout version is recorded at startup; a database recorded as newer is refused with one clear line', async (t) => {
+  const uri = `${(await databaseUri()).replace(/\/$/, '')}/${freshDbName('layout')}`;
+  const service = await startService({ env: { MONGODB_URI: uri } });
+  await service.stop('SIGTERM');
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  const meta = store.db.collection<{ _id: string; version: number }>('meta');
+  t.like(await meta.findOne({ _id: 'layout' }), { version: LAYOUT_VERSION });
+
+  await meta.updateOne({ _id: 'layout' }, { $set: { version: LAYOUT_VERSION + 1 } });
+  const { code, output } = await runToExit(
+    ['--mongodb-uri', uri, '--http-port', '0', '--smtp-port', '0'],
+    {},
+  );
+  t.is(code, 1);
+  t.regex(
+    output,
+    new RegExp(`layout is version ${LAYOUT_VERSION + 1}, newer than this build's ${LAYOUT_VERSION}`),
+  );
+  t.like(await meta.findOne({ _id: 'layout' }), { version: LAYOUT_VERSION + 1 }, 'left as it was');
 });
