@@ -36,7 +36,8 @@ export type SmtpReason =
   | 'no_route'
   | 'too_big'
   | 'too_many_recipients'
-  | 'storage_unavailable';
+  | 'storage_unavailable'
+  | 'memory_budget';
 
 const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   accepted: '2xx',
@@ -45,6 +46,7 @@ const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   too_big: '5xx',
   too_many_recipients: '4xx',
   storage_unavailable: '4xx',
+  memory_budget: '4xx',
 });
 
 const smtpConnections = counter('mailroute_smtp_connections_total', 'SMTP connections opened');
@@ -96,6 +98,12 @@ const parseDuration = histogram(
 );
 
 const watchParseQueue = watchedGauge('mailroute_parse_queue_tasks', 'Messages waiting for a parse thread');
+
+const watchMemoryInFlight = watchedGauge(
+  'mailroute_memory_in_flight_bytes',
+  'Bytes of messages in flight (received, waiting for a parse, parsing), counted against MEMORY_BUDGET',
+);
+const watchMemoryBudget = watchedGauge('mailroute_memory_budget_bytes', 'MEMORY_BUDGET of the workers');
 
 const dbCommandDuration = histogram(
   'mailroute_db_command_duration_seconds',
@@ -168,6 +176,9 @@ export const metrics = Object.freeze({
     parseDuration.observe(durationMs / 1000);
   },
   watchParseQueue,
+  /** `count` is read at each scrape */
+  watchMemoryInFlight,
+  watchMemoryBudget,
   dbCommand(name: string, durationMs: number): void {
     dbCommandDuration.observe({ command: DB_COMMANDS.has(name) ? name : 'other' }, durationMs / 1000);
   },
