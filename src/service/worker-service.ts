@@ -142,6 +142,7 @@ export async function prepareWorkerService({
     replay: (id) => actors.replay(id),
     pool,
     urlKey,
+    budget,
     routingChanged,
     processMetrics: instanceMetrics,
     ...(link ? { countAuthFailure: (address: string) => link.authFailure(address) } : {}),
