@@ -2,7 +2,8 @@
 // senders: a SIZE that does not fit is answered 452 4.3.1 at MAIL FROM, a message that did not
 // announce one and does not fit is answered 452 4.3.1 at the end of DATA; a small message still
 // fits beside them, the senders' retries are accepted once the budget frees, every accepted message
-// is delivered with its exact bytes, and /metrics counts the refusals.
+// is delivered with its exact bytes (its attachment by URL), and /metrics counts the refusals. An
+// attachment's download holds the message's bytes too: 503 while the budget cannot take them.
 import { randomBytes } from 'node:crypto';
 import test from 'ava';
 import { ApiClient } from '../_support/http.ts';
@@ -25,7 +26,13 @@ let pipe: Pipeline;
 test.before(async () => {
   pipe = await startPipeline(undefined, {
     label: 'budget',
-    env: { SERVICE_API_KEY: KEY, MAX_MESSAGE_SIZE: '1536KB', MEMORY_BUDGET: '2MB' },
+    // the 700 KB attachments go by URL, as large ones do under the defaults
+    env: {
+      SERVICE_API_KEY: KEY,
+      MAX_MESSAGE_SIZE: '1536KB',
+      MEMORY_BUDGET: '2MB',
+      MAX_INLINE_ATTACHMENT: '512KB',
+    },
   });
   await routeTo({ api: new ApiClient(pipe.service.baseUrl, KEY), receiver: pipe.receiver }, DOMAIN, '/in');
 });
@@ -37,7 +44,7 @@ async function scrape(): Promise<string> {
   return res.text();
 }
 
-/** A message with one attachment of `content`, which its payload carries inline (base64). */
+/** A message with one attachment of `content` (over MAX_INLINE_ATTACHMENT: its payload carries a URL). */
 function messageWith(name: string, content: Buffer): string {
   return [
     'From: sender@sender.example',
@@ -90,15 +97,26 @@ async function sendUntilAccepted(name: string, content: Buffer): Promise<number>
   throw new Error(`${name}: never accepted`);
 }
 
-function delivered(name: string): Buffer | undefined {
+interface Entry {
+  content?: string;
+  url?: string;
+}
+
+/** The attachment entry of the payload delivered for `name`, once it has arrived. */
+function delivered(name: string): Entry | undefined {
   for (const request of pipe.receiver.to('/in')) {
-    const payload = JSON.parse(request.body.toString()) as {
-      subject: string;
-      attachments: Array<{ content?: string }>;
-    };
-    if (payload.subject === name) return Buffer.from(payload.attachments[0]?.content ?? '', 'base64');
+    const payload = JSON.parse(request.body.toString()) as { subject: string; attachments: Entry[] };
+    if (payload.subject === name) return payload.attachments[0] ?? {};
   }
   return undefined;
+}
+
+/** The attachment's bytes as its receiver gets them: from its URL, or inline. */
+async function bytesOf(entry: Entry): Promise<Buffer> {
+  if (!entry.url) return Buffer.from(entry.content ?? '', 'base64');
+  const response = await fetch(entry.url);
+  if (response.status !== 200) throw new Error(`GET ${entry.url}: ${response.status}`);
+  return Buffer.from(await response.arrayBuffer());
 }
 
 test.serial('a SIZE that does not fit the budget is answered 452 4.3.1 at MAIL FROM', async (t) => {
@@ -122,7 +140,9 @@ test.serial('a SIZE that does not fit the budget is answered 452 4.3.1 at MAIL F
     const retried = await send('announced', content, LARGE * 2);
     t.true(retried.ok, retried.response);
     await pipe.receiver.waitFor(() => delivered('announced') !== undefined, 30_000, 'the retried message');
-    t.true(delivered('announced')!.equals(content));
+    const entry = delivered('announced')!;
+    t.truthy(entry.url, 'a large attachment goes by URL');
+    t.true((await bytesOf(entry)).equals(content));
   } finally {
     holder.close();
   }
@@ -153,7 +173,7 @@ test.serial(
       60_000,
       'every accepted message',
     );
-    for (const { name, content } of burst) t.true(delivered(name)!.equals(content), name);
+    for (const { name, content } of burst) t.true((await bytesOf(delivered(name)!)).equals(content), name);
     t.truthy(delivered('small-in-burst'));
 
     const text = await scrape();
@@ -165,5 +185,34 @@ test.serial(
       'budget free',
     );
     t.regex(pipe.service.output(), /"event":"smtp\.rejected".*"reason":"memory_budget"/);
+  },
+);
+
+test.serial(
+  'an attachment download is 503 while the budget cannot take its message, 200 once it can',
+  async (t) => {
+    const content = randomBytes(LARGE);
+    const sent = await send('download', content);
+    t.true(sent.ok, sent.response);
+    await pipe.receiver.waitFor(() => delivered('download') !== undefined, 30_000, 'the message');
+    const url = delivered('download')!.url!;
+    const holder = await holdBudget();
+    try {
+      const refused = await fetch(url);
+      t.is(refused.status, 503);
+      t.is(((await refused.json()) as { error: string }).error, 'service_unavailable');
+    } finally {
+      holder.close();
+    }
+    await waitUntil(
+      async () => sampleSum(await scrape(), 'mailroute_memory_in_flight_bytes') === 0,
+      'budget free',
+    );
+    t.true((await bytesOf({ url })).equals(content));
+    // the download's share came back once it was sent
+    await waitUntil(
+      async () => sampleSum(await scrape(), 'mailroute_memory_in_flight_bytes') === 0,
+      'budget free',
+    );
   },
 );
