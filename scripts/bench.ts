@@ -22,6 +22,7 @@ import { type LocalServer, startLocalServer } from '../src/local-db/server.ts';
 import type { ProcessStats } from '../src/service/process-stats.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { answers, freePort } from '../src/util/ports.ts';
+import { memoryLargePart } from './bench/memory-large.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
 import {
   childrenOf,
@@ -876,6 +877,12 @@ try {
   // 8. with and without a history of final messages, on both of FerretDB's backends (issue 11)
   if (PARTS.has('history')) {
     results.history = await historyPart(sink, workers);
+  }
+
+  // 9. large messages in bounded memory, on the development default (issue 33): scripts/bench/memory-large.ts
+  if (PARTS.has('memory-large')) {
+    results.memoryLarge = await memoryLargePart();
+    log(`memory-large: ${JSON.stringify(results.memoryLarge)}`);
   }
 } finally {
   sink.stop();

@@ -21,6 +21,7 @@ import { metrics, registry } from '../metrics/metrics.ts';
 import { storeGauges } from '../metrics/store-gauges.ts';
 import type { Parser } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
+import type { MemoryBudget } from '../smtp/memory-budget.ts';
 import type { Store } from '../store/mongo.ts';
 import type { ReplayTarget } from '../store/read-model.ts';
 import { attachmentRoutes } from './attachments.ts';
@@ -62,6 +63,8 @@ export interface AppDeps {
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;
+  /** the worker's MEMORY_BUDGET, which attachment downloads take their share of */
+  budget?: MemoryBudget;
   /** the process metrics GET /metrics shows; default: this process's (a worker gives every worker's, summed) */
   processMetrics?: () => Promise<string>;
 }
@@ -189,7 +192,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(domainRoutes, { store: deps.store, routingChanged });
   await app.register(routeRoutes, { store: deps.store, routingChanged, directory });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
-  await app.register(attachmentRoutes, { store: deps.store, pool: deps.pool, urlKey: deps.urlKey });
+  await app.register(attachmentRoutes, {
+    store: deps.store,
+    pool: deps.pool,
+    urlKey: deps.urlKey,
+    budget: deps.budget,
+  });
   await app.register(metricsRoutes, {
     processMetrics: deps.processMetrics ?? (() => registry.metrics()),
     instance: [storeGauges(deps.store)],

@@ -8,6 +8,7 @@ import type { FastifyPluginAsync } from 'fastify';
 import { ServiceError } from '../errors/catalog.ts';
 import type { Parser } from '../parse/pool.ts';
 import { checkAttachmentUrl } from '../signing/attachment-url.ts';
+import type { MemoryBudget } from '../smtp/memory-budget.ts';
 import type { Store } from '../store/mongo.ts';
 import { getMessage, readRaw } from '../store/read-model.ts';
 
@@ -23,6 +24,8 @@ interface Options {
   pool?: Pick<Parser, 'attachment'> | undefined;
   /** the URL key (base64) */
   urlKey?: string | undefined;
+  /** the worker's MEMORY_BUDGET: a download holds the message's bytes as a message in flight does */
+  budget?: MemoryBudget | undefined;
 }
 
 interface AttachmentQuery {
@@ -30,7 +33,7 @@ interface AttachmentQuery {
   signature: string;
 }
 
-export const attachmentRoutes: FastifyPluginAsync<Options> = async (app, { store, pool, urlKey }) => {
+export const attachmentRoutes: FastifyPluginAsync<Options> = async (app, { store, pool, urlKey, budget }) => {
   app.get<{ Params: { id: string; n: string }; Querystring: AttachmentQuery }>(
     '/messages/:id/attachments/:n',
     {
@@ -60,24 +63,38 @@ export const attachmentRoutes: FastifyPluginAsync<Options> = async (app, { store
       // a signed URL names a message we had: without its record (RECORD_RETENTION) or its raw bytes
       // (RAW_RETENTION), the attachment is gone
       const doc = await getMessage(store, id);
-      const raw = doc ? await readRaw(store, doc) : undefined;
-      if (!raw)
+      // the message's bytes, then the attachment's (at most as many): both held until it is sent
+      const share = doc && budget ? budget.reserve(doc.size) : undefined;
+      if (doc && budget && !share)
         throw new ServiceError(
-          'raw_expired',
-          `the raw bytes of message ${id} are no longer kept (RAW_RETENTION): the attachment is gone`,
+          'service_unavailable',
+          'too much mail is in progress here (MEMORY_BUDGET): try again shortly',
         );
-      const found = await pool.attachment(raw, index);
-      if (!found.ok) {
-        if (found.code === 'not_found') throw new ServiceError('not_found', found.message);
-        throw new ServiceError('service_unavailable', `the attachment could not be read: ${found.message}`);
+      let sent = false;
+      try {
+        const raw = doc ? await readRaw(store, doc) : undefined;
+        if (!raw)
+          throw new ServiceError(
+            'raw_expired',
+            `the raw bytes of message ${id} are no longer kept (RAW_RETENTION): the attachment is gone`,
+          );
+        const found = await pool.attachment(raw, index);
+        if (!found.ok) {
+          if (found.code === 'not_found') throw new ServiceError('not_found', found.message);
+          throw new ServiceError('service_unavailable', `the attachment could not be read: ${found.message}`);
+        }
+        const bytes = Buffer.from(found.content.buffer, found.content.byteOffset, found.content.byteLength);
+        if (share) reply.raw.once('close', () => share.release());
+        sent = true;
+        return reply
+          .type(found.content_type || 'application/octet-stream')
+          .header('content-length', bytes.length)
+          .header('content-disposition', contentDisposition(found.filename))
+          .header('cache-control', 'private, no-store')
+          .send(Readable.from(slices(bytes)));
+      } finally {
+        if (!sent) share?.release();
       }
-      const bytes = Buffer.from(found.content.buffer, found.content.byteOffset, found.content.byteLength);
-      return reply
-        .type(found.content_type || 'application/octet-stream')
-        .header('content-length', bytes.length)
-        .header('content-disposition', contentDisposition(found.filename))
-        .header('cache-control', 'private, no-store')
-        .send(Readable.from(slices(bytes)));
     },
   );
 };

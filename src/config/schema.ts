@@ -239,6 +239,14 @@ export const SETTINGS = Object.freeze({
     description: 'Largest message accepted over SMTP (KB and MB are multiples of 1024)',
     parse: size(1024, 1024 ** 3),
   } satisfies Setting<number>,
+  memoryBudget: {
+    env: 'MEMORY_BUDGET',
+    flag: 'memory-budget',
+    defaultText: '64MB',
+    description:
+      'Bytes of messages one worker has in flight (being received, waiting for a parse, being parsed; its memory peaks at about three times this above its resting size); a sender that would overflow it is answered 452 4.3.1 and tries again later. Raised to MAX_MESSAGE_SIZE when smaller',
+    parse: size(1024 * 1024, 64 * 1024 ** 3),
+  } satisfies Setting<number>,
   smtpTlsCert: {
     env: 'SMTP_TLS_CERT',
     flag: 'smtp-tls-cert',
@@ -438,6 +446,9 @@ export function loadConfig(argv: readonly string[], env: NodeJS.ProcessEnv): Con
   }
   if (Boolean(config.smtpTlsCert) !== Boolean(config.smtpTlsKey))
     problems.push('SMTP_TLS_CERT and SMTP_TLS_KEY: set both or neither');
+  // a budget smaller than the largest message would refuse that message for ever
+  if (typeof config.memoryBudget === 'number' && typeof config.maxMessageSize === 'number')
+    config.memoryBudget = Math.max(config.memoryBudget, config.maxMessageSize);
   if ((config.rawRetention as number) > (config.recordRetention as number))
     problems.push('RAW_RETENTION: must not be longer than RECORD_RETENTION (raw bytes without their record)');
 

@@ -50,6 +50,15 @@ export const ERRORS = Object.freeze({
     http: 413,
     smtp: { code: 552, enhanced: '5.3.4', text: 'Message size exceeds fixed maximum message size' },
   },
+  // MEMORY_BUDGET is spent: the sender keeps the message and tries again later
+  memory_budget_exhausted: {
+    http: 503,
+    smtp: {
+      code: 452,
+      enhanced: '4.3.1',
+      text: 'Insufficient system resources: too much mail in progress, try again later',
+    },
+  },
   dmarc_rejected: {
     http: 403,
     smtp: { code: 550, enhanced: '5.7.1', text: 'Message rejected by the DMARC policy of the sender domain' },

@@ -37,7 +37,8 @@ export type SmtpReason =
   | 'too_big'
   | 'too_many_recipients'
   | 'storage_unavailable'
-  | 'route_rejected';
+  | 'route_rejected'
+  | 'memory_budget';
 
 const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   accepted: '2xx',
@@ -48,6 +49,7 @@ const SMTP_REPLY_CLASS: Readonly<Record<SmtpReason, string>> = Object.freeze({
   storage_unavailable: '4xx',
   // a `reject` route's own reply: 5xx unless the route names a 45x one
   route_rejected: '5xx',
+  memory_budget: '4xx',
 });
 
 const smtpConnections = counter('mailroute_smtp_connections_total', 'SMTP connections opened');
@@ -99,6 +101,12 @@ const parseDuration = histogram(
 );
 
 const watchParseQueue = watchedGauge('mailroute_parse_queue_tasks', 'Messages waiting for a parse thread');
+
+const watchMemoryInFlight = watchedGauge(
+  'mailroute_memory_in_flight_bytes',
+  'Bytes of messages in flight (received, waiting for a parse, parsing), counted against MEMORY_BUDGET',
+);
+const watchMemoryBudget = watchedGauge('mailroute_memory_budget_bytes', 'MEMORY_BUDGET of the workers');
 
 const dbCommandDuration = histogram(
   'mailroute_db_command_duration_seconds',
@@ -171,6 +179,9 @@ export const metrics = Object.freeze({
     parseDuration.observe(durationMs / 1000);
   },
   watchParseQueue,
+  /** `count` is read at each scrape */
+  watchMemoryInFlight,
+  watchMemoryBudget,
   dbCommand(name: string, durationMs: number): void {
     dbCommandDuration.observe({ command: DB_COMMANDS.has(name) ? name : 'other' }, durationMs / 1000);
   },

@@ -2,8 +2,14 @@
 // one UTF-8 JSON body per delivery, the shared part serialised once. Runs inside a parse worker
 // thread, so it is pure (no I/O) and returns plain objects only.
 import { performance } from 'node:perf_hooks';
-import type { Attachment, HeaderLines, ParsedMail, SimpleParserOptions } from 'mailparser';
-import { simpleParser } from 'mailparser';
+import type {
+  AttachmentCommon,
+  AttachmentStream,
+  HeaderLines,
+  MailParserOptions,
+  MessageText,
+} from 'mailparser';
+import { MailParser } from 'mailparser';
 import { type AttachmentLinks, attachmentUrl } from '../signing/attachment-url.ts';
 import { deliveryHeaders } from '../signing/webhook-signature.ts';
 import type { StoredAuth } from '../store/messages.ts';
@@ -83,6 +89,26 @@ export type ParseOutput =
  */
 type BodyPart = Uint8Array | string | { base64Of: Buffer };
 
+/**
+ * An attachment as read: what the payload says of it, and its decoded bytes unless they were let go
+ * while it was read (one that goes by URL is counted, never held whole).
+ */
+interface ReadAttachment extends Pick<AttachmentCommon, 'filename' | 'contentType' | 'headers'> {
+  size: number;
+  content: Buffer | undefined;
+}
+
+/** The message as read: the header lines, the text bodies and the attachments in order. */
+interface ReadMail {
+  headerLines: HeaderLines;
+  text: string | undefined;
+  html: string | false | undefined;
+  attachments: ReadAttachment[];
+}
+
+/** Whether attachment `index` is still kept whole once `size` of its decoded bytes are read. */
+type KeepAttachment = (index: number, size: number) => boolean;
+
 // Skip every conversion the payload does not carry: HTML→text is slow on large HTML, and the
 // text→HTML, link and cid: rewriting would change the bodies the sender wrote.
 const PARSER_OPTIONS = Object.freeze({
@@ -100,9 +126,11 @@ const STALL_CHECK_MS = 100;
 const STALL_IDLE_CHECKS = 5;
 const IDLE_UTILIZATION = 0.1;
 const STALLED = Symbol('stalled');
+// what the parser is fed at a time (views of the raw bytes, not copies)
+const FEED_SLICE_BYTES = 1024 * 1024;
 // Read inline message/rfc822 parts as attachments rather than as embedded messages: the retry
 // for a parse that stalled. (mailsplit takes the option; the typings do not list it.)
-const NO_EMBEDDED: SimpleParserOptions & { ignoreEmbedded: boolean } = {
+const NO_EMBEDDED: MailParserOptions & { ignoreEmbedded: boolean } = {
   ...PARSER_OPTIONS,
   ignoreEmbedded: true,
 };
@@ -125,7 +153,11 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     if (defects.size >= MAX_DEFECTS) return;
     defects.add(note.length > MAX_DEFECT_LENGTH ? `${note.slice(0, MAX_DEFECT_LENGTH - 1)}…` : note);
   };
-  const [read, auth] = await Promise.all([readMessage(input.raw, defect), senderAuth(input)]);
+  // an attachment larger than MAX_INLINE_ATTACHMENT goes by URL whatever else the message holds
+  // (attachmentsByUrl): its bytes are counted as they are decoded, never gathered
+  const policy = input.attachments;
+  const keep: KeepAttachment = policy ? (_index, size) => size <= policy.inlineMax : () => true;
+  const [read, auth] = await Promise.all([readMessage(input.raw, defect, keep), senderAuth(input)]);
   // Nothing below needs the raw bytes: letting go of them before the bodies are built takes the
   // message's size off the peak (a 20 MB message is otherwise held three times over).
   input.raw = EMPTY;
@@ -234,11 +266,16 @@ export async function extractAttachment(input: {
   raw: Uint8Array;
   index: number;
 }): Promise<AttachmentOutput> {
-  const read = await readMessage(input.raw, () => {});
+  // only the one asked for is kept: the others are counted and let go as they are read
+  const read = await readMessage(
+    input.raw,
+    () => {},
+    (index) => index === input.index,
+  );
   input.raw = EMPTY;
   if (!read.ok) return read;
   const attachment = read.mail.attachments[input.index];
-  if (!attachment)
+  if (!attachment?.content)
     return { ok: false, code: 'not_found', message: `the message has no attachment ${input.index}` };
   const bytes = attachment.content;
   const content =
@@ -280,27 +317,33 @@ export function attachmentsByUrl(
 
 /** The `attachments` array's entries, inline or by URL as the policy decides. */
 function attachmentsParts(
-  attachments: readonly Attachment[],
+  attachments: readonly ReadAttachment[],
   policy: AttachmentPolicy | undefined,
   otherBytes: number,
 ): BodyPart[] {
-  const inline = attachments.map(attachmentParts);
-  if (!policy) return inline.flat();
+  if (!policy) return attachments.flatMap(attachmentParts);
   // the body's size with every attachment inline, near enough (the text counted as written)
-  const bodyBytes = inline.flat().reduce((sum, part) => sum + partLength(part), otherBytes);
+  const bodyBytes = attachments.reduce(
+    (sum, attachment, index) => sum + inlineLength(attachment, index),
+    otherBytes,
+  );
   const byUrl = attachmentsByUrl(
-    attachments.map((a) => a.content.length),
+    attachments.map((a) => a.size),
     bodyBytes,
     policy.inlineMax,
     policy.bodyMax,
   );
   return attachments.flatMap((attachment, index) =>
-    byUrl.has(index) ? [attachmentReference(attachment, index, policy)] : inline[index]!,
+    byUrl.has(index) ? [attachmentReference(attachment, index, policy)] : attachmentParts(attachment, index),
   );
 }
 
 // An entry sent by URL: {"filename", "content_type", "size", "url", "expires_at"}, no content.
-function attachmentReference(attachment: Attachment, index: number, policy: AttachmentPolicy): Uint8Array {
+function attachmentReference(
+  attachment: ReadAttachment,
+  index: number,
+  policy: AttachmentPolicy,
+): Uint8Array {
   const { url, expiresAt } = attachmentUrl(policy, policy.messageId, index);
   return encoder.encode(
     `${attachmentFields(attachment, index)},"url":${json(url)},"expires_at":${json(expiresAt.toISOString())}}`,
@@ -315,7 +358,8 @@ function base64Length(bytes: number): number {
 async function readMessage(
   bytes: Uint8Array,
   defect: DefectSink,
-): Promise<{ ok: true; mail: ParsedMail; structure: MimeStructure } | Unparseable> {
+  keep: KeepAttachment,
+): Promise<{ ok: true; mail: ReadMail; structure: MimeStructure } | Unparseable> {
   const raw = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (raw.every((byte) => WHITESPACE_BYTES.has(byte))) {
     return unparseable('empty message');
@@ -325,9 +369,9 @@ async function readMessage(
     return unparseable('no header fields: the message does not start with a "Name: value" header block');
   }
   try {
-    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS });
+    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS }, keep);
     if (parsed === STALLED) {
-      parsed = await parseUnlessStalled(raw, NO_EMBEDDED);
+      parsed = await parseUnlessStalled(raw, NO_EMBEDDED, keep);
       if (parsed === STALLED)
         return unparseable('mailparser stalled: it stopped before the end of the message');
       defect('mailparser stalled on an embedded message; message/rfc822 parts kept as attachments');
@@ -339,8 +383,12 @@ async function readMessage(
   }
 }
 
-/** simpleParser, or STALLED once the event loop has idled while it still had not settled. */
-function parseUnlessStalled(raw: Buffer, options: SimpleParserOptions): Promise<ParsedMail | typeof STALLED> {
+/** readMail, or STALLED once the event loop has idled while it still had not settled. */
+function parseUnlessStalled(
+  raw: Buffer,
+  options: MailParserOptions,
+  keep: KeepAttachment,
+): Promise<ReadMail | typeof STALLED> {
   return new Promise((resolve, reject) => {
     let idleChecks = 0;
     let last = performance.eventLoopUtilization();
@@ -355,7 +403,7 @@ function parseUnlessStalled(raw: Buffer, options: SimpleParserOptions): Promise<
         resolve(STALLED);
       }
     }, STALL_CHECK_MS);
-    simpleParser(raw, options).then(
+    readMail(raw, options, keep).then(
       (mail) => {
         clearInterval(watch);
         resolve(mail);
@@ -365,6 +413,91 @@ function parseUnlessStalled(raw: Buffer, options: SimpleParserOptions): Promise<
         reject(error);
       },
     );
+  });
+}
+
+/**
+ * What mailparser's simpleParser reads (the same MailParser, options and order of attachments, so
+ * an attachment's index names the same one), except that an attachment's decoded bytes are kept
+ * only while `keep` says so: past it they are counted and let go as they arrive.
+ */
+function readMail(raw: Buffer, options: MailParserOptions, keep: KeepAttachment): Promise<ReadMail> {
+  return new Promise((resolve, reject) => {
+    const mail: ReadMail = { headerLines: [], text: undefined, html: undefined, attachments: [] };
+    const parser = new MailParser(options);
+    // MailParser may emit a non-fatal 'error' and still reach 'end': the first outcome wins
+    let settled = false;
+    const fail = (error: unknown) => {
+      if (settled) return;
+      settled = true;
+      reject(error);
+    };
+    parser.on('error', fail);
+    parser.on('headers', () => {
+      mail.headerLines = (parser as unknown as { headerLines: HeaderLines }).headerLines;
+    });
+    let reading = false;
+    const read = (): void => {
+      reading = true;
+      const data = parser.read() as AttachmentStream | MessageText | null;
+      if (data === null) {
+        reading = false;
+        return;
+      }
+      if (data.type === 'text') {
+        // the HTML is read from the parser at the end, as simpleParser does
+        if ('text' in data) mail.text = data.text;
+        read();
+        return;
+      }
+      const index = mail.attachments.length;
+      const attachment: ReadAttachment = {
+        filename: data.filename,
+        contentType: data.contentType,
+        headers: data.headers,
+        size: 0,
+        content: undefined,
+      };
+      mail.attachments.push(attachment);
+      let chunks: Buffer[] | undefined = [];
+      data.content.on('data', (chunk: Buffer) => {
+        attachment.size += chunk.length;
+        if (chunks && keep(index, attachment.size)) chunks.push(chunk);
+        else chunks = undefined;
+      });
+      data.content.on('end', () => {
+        if (chunks) attachment.content = Buffer.concat(chunks, attachment.size);
+        chunks = undefined;
+        data.release();
+        read();
+      });
+    };
+    parser.on('readable', () => {
+      if (!reading) read();
+    });
+    parser.on('end', () => {
+      if (settled) return;
+      settled = true;
+      // as simpleParser leaves it with skipImageLinks: the HTML as a string, false when there is none
+      const html = (parser as unknown as { html?: string | Buffer }).html;
+      mail.html = html ? html.toString() : false;
+      resolve(mail);
+    });
+    // in slices, as if it arrived: given whole, mailsplit copied the message once more, and its
+    // base64 decoder turned a large attachment into one string of its size
+    let offset = 0;
+    const feed = (): void => {
+      while (offset < raw.length) {
+        const slice = raw.subarray(offset, offset + FEED_SLICE_BYTES);
+        offset += slice.length;
+        if (!parser.write(slice)) {
+          parser.once('drain', feed);
+          return;
+        }
+      }
+      parser.end();
+    };
+    feed();
   });
 }
 
@@ -397,22 +530,33 @@ function headersObject(fields: readonly HeaderField[]): Record<string, string | 
 }
 
 // An `attachments[]` entry: {"filename", "content_type", "size", "content": base64}, in that order.
-function attachmentParts(attachment: Attachment, index: number): BodyPart[] {
+function attachmentParts(attachment: ReadAttachment, index: number): BodyPart[] {
   const fields = `${attachmentFields(attachment, index)},"content":"`;
+  // attachmentsByUrl sends every attachment over MAX_INLINE_ATTACHMENT by URL: only they are let go
+  if (!attachment.content) throw new Error(`attachment ${index} was not kept, yet it is to go inline`);
   return [encoder.encode(fields), { base64Of: attachment.content }, CLOSE_STRING_AND_OBJECT];
 }
 
+/** The bytes of attachmentParts' entry, without building it. */
+function inlineLength(attachment: ReadAttachment, index: number): number {
+  return (
+    Buffer.byteLength(`${attachmentFields(attachment, index)},"content":"`, 'utf8') +
+    base64Length(attachment.size) +
+    CLOSE_STRING_AND_OBJECT.byteLength
+  );
+}
+
 // What an entry starts with, inline or by URL: `{"filename", "content_type", "size"`.
-function attachmentFields(attachment: Attachment, index: number): string {
+function attachmentFields(attachment: ReadAttachment, index: number): string {
   return (
     `${index === 0 ? '' : ','}{"filename":${json(attachment.filename ?? '')}` +
-    `,"content_type":${json(declaredContentType(attachment))},"size":${attachment.content.length}`
+    `,"content_type":${json(declaredContentType(attachment))},"size":${attachment.size}`
   );
 }
 
 // The type the sender declared. mailparser's own contentType replaces application/octet-stream with
 // a guess from the file name extension, which is not what the message says.
-function declaredContentType(attachment: Attachment): string {
+function declaredContentType(attachment: Pick<ReadAttachment, 'headers' | 'contentType'>): string {
   const header = attachment.headers.get('content-type');
   if (
     typeof header === 'object' &&

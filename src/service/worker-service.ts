@@ -15,6 +15,7 @@ import type { Logger } from '../log/logger.ts';
 import { collectProcessMetrics, metrics } from '../metrics/metrics.ts';
 import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
+import { MemoryBudget } from '../smtp/memory-budget.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
@@ -103,9 +104,11 @@ export async function prepareWorkerService({
   // one key for every process on this database, so any worker verifies any worker's URLs (the
   // primary makes it at start; a worker run on its own makes it if need be)
   const urlKey = await serviceKey(store, ATTACHMENT_URL_KEY);
+  const budget = new MemoryBudget(config.memoryBudget);
   const pool = new ParseLanes({
     threads: parseThreadsPerWorker(config.workers),
-    maxMessageBytes: config.maxMessageSize,
+    // no parse is of more bytes than the budget lets in at once (it is at least MAX_MESSAGE_SIZE)
+    maxMessageBytes: Math.min(config.maxMessageSize, budget.limit),
     deferSmallLane: standby,
   });
   const client = new WebhookClient({
@@ -114,7 +117,7 @@ export async function prepareWorkerService({
   });
   const actors = new ActorSystem({
     store,
-    pool,
+    pool: budget.parser(pool),
     client,
     directory,
     retryDelays: config.retryDelays,
@@ -139,6 +142,7 @@ export async function prepareWorkerService({
     replay: (id, to) => actors.replay(id, to),
     pool,
     urlKey,
+    budget,
     routingChanged,
     directory,
     processMetrics: instanceMetrics,
@@ -153,10 +157,13 @@ export async function prepareWorkerService({
     directory,
     actors,
     logger,
+    budget,
     auth: { pool, dnsServers: config.dnsServers, budgetMs: config.authDnsBudget },
   });
   metrics.watchSmtpConnections(() => smtp.connections.size);
   metrics.watchParseQueue(() => pool.queued);
+  metrics.watchMemoryInFlight(() => budget.used);
+  metrics.watchMemoryBudget(() => budget.limit);
 
   let listening = false;
   const service: PreparedWorkerService = {

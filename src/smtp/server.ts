@@ -22,6 +22,7 @@ import type { RouteDirectory } from '../route/directory.ts';
 import type { AcceptedMessage, RawUpload, Store, StoredAuth } from '../store/queue.ts';
 import * as queue from '../store/queue.ts';
 import { withDeadline } from '../util/deadline.ts';
+import type { MemoryBudget, Reservation } from './memory-budget.ts';
 import { observeLibraryRefusals, useOwnEnhancedCodes } from './replies.ts';
 
 export const MAX_RECIPIENTS = 100;
@@ -52,6 +53,8 @@ export interface SmtpDeps {
   directory: RouteDirectory;
   actors: ActorSystem;
   logger: Logger;
+  /** the worker's MEMORY_BUDGET: what a message takes of it is given back when its parse ends */
+  budget: MemoryBudget;
   /** absent: no route's DMARC policy is applied at SMTP time */
   auth?: SmtpAuthCheck;
 }
@@ -72,6 +75,7 @@ const REFUSALS: Readonly<Record<Exclude<SmtpReason, 'accepted' | 'route_rejected
     too_big: 'message_too_big',
     too_many_recipients: 'too_many_recipients',
     storage_unavailable: 'storage_unavailable',
+    memory_budget: 'memory_budget_exhausted',
   });
 
 /** The envelope sender as routes' filters see it: lowercase, '' for a bounce. */
@@ -85,7 +89,13 @@ function domainOf(address: string): string {
 
 export function createSmtpServer(deps: SmtpDeps): SMTPServer {
   useOwnEnhancedCodes();
-  const { config, store, directory, actors, logger } = deps;
+  const { config, store, directory, actors, logger, budget } = deps;
+  /** the share a sender's announced SIZE took at MAIL FROM, until its DATA (or the session) ends */
+  const announcedShares = new WeakMap<SMTPServerSession, Reservation>();
+  const dropAnnouncedShare = (session: SMTPServerSession) => {
+    announcedShares.get(session)?.release();
+    announcedShares.delete(session);
+  };
   const log = logger.child({ component: 'smtp' });
   const tls = config.smtpTlsCert
     ? { cert: readFileSync(config.smtpTlsCert), key: readFileSync(config.smtpTlsKey) }
@@ -97,6 +107,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     reason: Exclude<SmtpReason, 'accepted' | 'route_rejected'>,
     recipient?: string,
     sent?: string,
+    detail?: Record<string, unknown>,
   ): ServiceError {
     const code = REFUSALS[reason];
     const reply = smtpError(code);
@@ -108,6 +119,7 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
         client: session.remoteAddress,
         mail_from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
         ...(recipient !== undefined ? { rcpt_to: recipient } : {}),
+        ...detail,
         reply: sent ?? `${reply.responseCode} ${reply.message}`,
       },
       'refused',
@@ -239,6 +251,30 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       callback();
     },
 
+    onMailFrom(address, session, callback) {
+      // a new transaction (after RSET, or a first one): what an earlier MAIL FROM took goes back
+      dropAnnouncedShare(session);
+      // smtp-server has checked SIZE's syntax and refused one over MAX_MESSAGE_SIZE already
+      const announced = Number(address.args ? address.args.SIZE : 0) || 0;
+      if (announced > 0) {
+        const share = budget.reserve(Math.min(announced, config.maxMessageSize));
+        if (!share)
+          return callback(
+            refuse(session, 'memory_budget', undefined, undefined, {
+              mail_from: address.address,
+              size: announced,
+              in_flight: budget.used,
+            }),
+          );
+        announcedShares.set(session, share);
+      }
+      callback();
+    },
+
+    onClose(session) {
+      dropAnnouncedShare(session);
+    },
+
     onRcptTo(address, session, callback) {
       const recipient = address.address.toLowerCase();
       const known = session.envelope.rcptTo.some((r) => r.address.toLowerCase() === recipient);
@@ -265,13 +301,30 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
     onData(stream: SMTPServerDataStream, session, callback) {
       const id = queue.newId('m');
       const upload = queue.openRawUpload(store, id);
-      // the chunks as received, joined once at the end: stored from, then handed to the parse thread
-      const chunks: Buffer[] = [];
+      // the share of the budget: the announced SIZE's, else one that grows with the bytes
+      const share = announcedShares.get(session) ?? budget.reserve(0)!;
+      announcedShares.delete(session);
+      // the bytes as received, gathered in place: stored from, then handed to the parse thread
+      const gathered = new Gathered(config.maxMessageSize);
       let bytes = 0;
+      // past MAX_MESSAGE_SIZE (552), or more than the budget can take (452): the rest is drained, not kept
+      let tooBig = false;
+      let overBudget = false;
       stream.on('data', (chunk: Buffer) => {
-        // past the limit the rest is drained, not kept: smtp-server answers 552 5.3.4 itself
-        if (stream.sizeExceeded) return;
-        chunks.push(chunk);
+        if (stream.sizeExceeded) tooBig = true;
+        if (tooBig || overBudget) return;
+        if (!share.cover(bytes + chunk.length)) {
+          overBudget = true;
+          gathered.drop();
+          share.release();
+          return;
+        }
+        if (!gathered.push(chunk)) {
+          tooBig = true;
+          gathered.drop();
+          share.release();
+          return;
+        }
         bytes += chunk.length;
         if (!upload.write(chunk)) {
           // the database is behind: stop reading from the client until it catches up
@@ -281,14 +334,24 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
       });
       stream.once('end', () => {
         metrics.smtpBytes(stream.byteLength ?? bytes);
-        if (stream.sizeExceeded) {
+        if (stream.sizeExceeded || tooBig) {
+          share.release();
           void upload.abort();
           return callback(refuse(session, 'too_big'));
         }
-        // a buffer of its own, so the parse thread can take it over without another copy; the
-        // chunks (often slices of larger socket buffers) go now
-        const whole = Buffer.concat(chunks, bytes);
-        chunks.length = 0;
+        if (overBudget) {
+          void upload.abort();
+          return callback(
+            refuse(session, 'memory_budget', undefined, undefined, {
+              size: stream.byteLength ?? bytes,
+              in_flight: budget.used,
+            }),
+          );
+        }
+        // what the message takes is what it is (an announced SIZE is an estimate)
+        share.settle(bytes);
+        // a buffer of its own, so the parse thread takes it over without another copy
+        const whole = gathered.whole();
         // aborted once the sender has been told 451: an insert not yet sent then never goes
         const refused = new AbortController();
         withDeadline(
@@ -303,16 +366,20 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
             );
             metrics.smtpReply('accepted');
             callback(null, `OK: queued as ${id}`);
+            // its share goes back when its parse ends
+            budget.hold(whole, share);
             actors.adopt(doc, whole);
           },
           (err: unknown) => {
             if (err instanceof ServiceError && err.code === 'dmarc_rejected') {
               log.info({ event: EVENTS.smtpRejected, reason: 'dmarc_rejected' }, err.message);
+              share.release();
               void upload.abort();
               return callback(err);
             }
             log.error({ err, event: EVENTS.smtpStoreFailed }, 'storing a message failed; answered 451');
             refused.abort();
+            share.release();
             void upload.abort();
             // writes in flight may still land in a stalled database: they are removed when it answers
             actors.abandon(id);
@@ -329,6 +396,52 @@ export function createSmtpServer(deps: SmtpDeps): SMTPServer {
   // the idle timeout alone lets a slow-drip client hold a session forever
   enforceSessionLimit(server, config.smtpSessionLimit);
   return server;
+}
+
+const GROWTH_BYTES = 1024 * 1024;
+
+/**
+ * A message's bytes gathered as they arrive into one buffer that grows in place: a resizable
+ * ArrayBuffer reserves the address space of the largest message allowed and takes memory only as it
+ * fills. Never joined from pieces (which held the message twice at the end of DATA), and the
+ * message's own, so the parse thread takes it over without a copy.
+ */
+class Gathered {
+  #buffer: ArrayBuffer | undefined;
+  #view: Uint8Array | undefined;
+  #length = 0;
+
+  constructor(maxBytes: number) {
+    this.#buffer = new ArrayBuffer(0, { maxByteLength: maxBytes });
+    // tracks the buffer's length as it grows
+    this.#view = new Uint8Array(this.#buffer);
+  }
+
+  /** false when the bytes would not fit (past MAX_MESSAGE_SIZE) or were dropped */
+  push(chunk: Uint8Array): boolean {
+    const buffer = this.#buffer;
+    if (!buffer || !this.#view) return false;
+    const needed = this.#length + chunk.length;
+    if (needed > buffer.maxByteLength) return false;
+    if (needed > buffer.byteLength)
+      buffer.resize(Math.min(buffer.maxByteLength, Math.max(needed, buffer.byteLength + GROWTH_BYTES)));
+    this.#view.set(chunk, this.#length);
+    this.#length = needed;
+    return true;
+  }
+
+  drop(): void {
+    this.#buffer = undefined;
+    this.#view = undefined;
+  }
+
+  /** every byte pushed, in a Buffer that spans its whole ArrayBuffer */
+  whole(): Buffer {
+    const buffer = this.#buffer ?? new ArrayBuffer(0);
+    if (buffer.resizable) buffer.resize(this.#length);
+    this.drop();
+    return Buffer.from(buffer, 0, this.#length);
+  }
 }
 
 /** Closes sessions older than `limitMs` with 421 4.4.2; checked every few seconds. */

@@ -40,6 +40,8 @@ export interface RawLocation {
   _id: string;
   raw_id?: ObjectId;
   raw?: InlineRaw;
+  /** the size as received: a large message is read into one buffer of it, not joined from pieces */
+  size?: number;
 }
 
 function rawBucket(store: Store, name: string): GridFSBucket {
@@ -223,9 +225,29 @@ export async function readRaw(store: Store, message: RawLocation): Promise<Buffe
   }
   const stream = await openRawStream(store, message);
   if (!stream) return undefined;
+  return gather(stream, message.size);
+}
+
+/**
+ * A stream's bytes in one buffer: of `size` when it is known, filled as they come (joining the
+ * pieces at the end held a large message twice); joined when it is not, or was not right.
+ */
+async function gather(stream: Readable, size: number | undefined): Promise<Buffer> {
   const parts: Buffer[] = [];
-  for await (const part of stream) parts.push(part as Buffer);
-  return Buffer.concat(parts);
+  let whole = size === undefined ? undefined : Buffer.allocUnsafeSlow(size);
+  let length = 0;
+  for await (const part of stream) {
+    const bytes = part as Buffer;
+    if (whole && length + bytes.length <= whole.length) bytes.copy(whole, length);
+    else {
+      if (whole) parts.push(whole.subarray(0, length));
+      whole = undefined;
+      parts.push(bytes);
+    }
+    length += bytes.length;
+  }
+  if (whole) return length === whole.length ? whole : whole.subarray(0, length);
+  return Buffer.concat(parts, length);
 }
 
 /**

@@ -8,13 +8,18 @@ export interface SendResult {
   /** the server's reply to the end of data, or to whatever refused the message */
   response: string;
   responseCode?: number;
+  /** the command a refusal answered (MAIL FROM, RCPT TO, DATA) */
+  command?: string;
   messageId?: string;
 }
 
-/** Sends one raw message (its exact bytes) with the given envelope. Never throws for an SMTP refusal. */
+/**
+ * Sends one raw message (its exact bytes) with the given envelope (with `size`, announced as SIZE at
+ * MAIL FROM). Never throws for an SMTP refusal.
+ */
 export async function sendRaw(
   port: number,
-  envelope: { from: string; to: string[] },
+  envelope: { from: string; to: string[]; size?: number },
   raw: string | Buffer,
 ): Promise<SendResult> {
   const transport = nodemailer.createTransport({
@@ -30,11 +35,12 @@ export async function sendRaw(
     const info = await transport.sendMail({ envelope, raw });
     return { ok: true, response: info.response, messageId: info.messageId };
   } catch (err) {
-    const e = err as { response?: string; responseCode?: number; message: string };
+    const e = err as { response?: string; responseCode?: number; command?: string; message: string };
     return {
       ok: false,
       response: e.response ?? e.message,
       ...(e.responseCode ? { responseCode: e.responseCode } : {}),
+      ...(e.command ? { command: e.command } : {}),
     };
   } finally {
     transport.close();
