@@ -37,6 +37,8 @@ export interface ActorDeps {
   client: WebhookClient;
   directory: RouteDirectory;
   retryDelays: readonly number[];
+  /** WEBHOOK_RETRY_AFTER_MAX, ms; default 1 h */
+  retryAfterMaxMs?: number;
   leaseMs: number;
   logger: Logger;
   /** sender authentication and attachment references; absent: neither (all inline, no `auth`) */
@@ -55,6 +57,8 @@ export interface PayloadSettings {
   /** read at each parse: the public URL may be known only once the API listens */
   links: () => AttachmentLinks;
 }
+
+const DEFAULT_RETRY_AFTER_MAX_MS = 3_600_000;
 
 export class MessageActor {
   readonly id: string;
@@ -275,15 +279,13 @@ export class MessageActor {
     last: boolean,
   ): Promise<void> {
     let decided: ReturnType<typeof decideAttempt> | undefined;
+    const random = Math.random();
+    const policy = {
+      delaysMs: this.deps.retryDelays,
+      retryAfterMaxMs: this.deps.retryAfterMaxMs ?? DEFAULT_RETRY_AFTER_MAX_MS,
+    };
     await this.persist((doc) => {
-      decided = decideAttempt(
-        doc,
-        deliveryId,
-        { result, webhookUrl },
-        this.deps.retryDelays,
-        new Date(),
-        last,
-      );
+      decided = decideAttempt(doc, deliveryId, { result, webhookUrl, random }, policy, new Date(), last);
       return decided.change;
     });
     if (!decided) return;

@@ -220,8 +220,25 @@ export const SETTINGS = Object.freeze({
     env: 'WEBHOOK_TIMEOUT',
     flag: 'webhook-timeout',
     defaultText: '30s',
-    description: 'Deadline for one whole webhook exchange',
+    description:
+      'Deadline for one whole webhook exchange, counted from when the request is sent (not while it waits for its endpoint)',
     parse: duration(10, 10 * 60_000),
+  } satisfies Setting<number>,
+  webhookMaxInFlight: {
+    env: 'WEBHOOK_MAX_IN_FLIGHT',
+    flag: 'webhook-max-in-flight',
+    defaultText: '64',
+    description:
+      'Webhook requests sent at once to one endpoint (one webhook URL) by one worker; more wait unsent, without spending an attempt',
+    parse: integer(1, 10_000),
+  } satisfies Setting<number>,
+  webhookRetryAfterMax: {
+    env: 'WEBHOOK_RETRY_AFTER_MAX',
+    flag: 'webhook-retry-after-max',
+    defaultText: '1h',
+    description:
+      "Longest delay a receiver's Retry-After (on 429 and 503) may set before the next attempt; 0s ignores Retry-After",
+    parse: duration(0, 7 * 24 * 3_600_000),
   } satisfies Setting<number>,
   maxMessageSize: {
     env: 'MAX_MESSAGE_SIZE',

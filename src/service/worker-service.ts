@@ -110,6 +110,7 @@ export async function prepareWorkerService({
   });
   const client = new WebhookClient({
     timeoutMs: config.webhookTimeout,
+    maxInFlight: config.webhookMaxInFlight,
     denyPrivate: config.webhookDenyPrivate,
   });
   const actors = new ActorSystem({
@@ -118,6 +119,7 @@ export async function prepareWorkerService({
     client,
     directory,
     retryDelays: config.retryDelays,
+    retryAfterMaxMs: config.webhookRetryAfterMax,
     leaseMs: config.leaseTime,
     logger,
     payload: {
