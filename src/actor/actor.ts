@@ -5,9 +5,11 @@
 // the scheduler of any process picks it up again when it is due.
 
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
+import { endpointId } from '../deliver/endpoint.ts';
 import { InvalidTransition } from '../lifecycle/lifecycle.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics } from '../metrics/metrics.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import type { RouteDirectory } from '../route/directory.ts';
@@ -21,6 +23,7 @@ import { type Change, releaseChange } from './change.ts';
 import {
   decideAttempt,
   decideDefect,
+  decideEndpointWait,
   decideParseFailure,
   decidePoolFailure,
   decideReplay,
@@ -29,6 +32,7 @@ import {
   decideStart,
   type RawBytes,
 } from './decisions.ts';
+import type { EndpointHealth } from './endpoint-health.ts';
 import { OwnedMessage, OwnershipLost } from './owned-message.ts';
 
 export interface ActorDeps {
@@ -37,6 +41,8 @@ export interface ActorDeps {
   client: WebhookClient;
   directory: RouteDirectory;
   retryDelays: readonly number[];
+  /** endpoint health and the breaker; absent: every delivery is sent when due */
+  endpoints?: EndpointHealth;
   /** WEBHOOK_RETRY_AFTER_MAX, ms; default 1 h */
   retryAfterMaxMs?: number;
   leaseMs: number;
@@ -243,8 +249,19 @@ export class MessageActor {
       await this.persist(releaseChange(this.doc.deliveries));
       return;
     }
-    if (!bodies || due.some((d) => !bodies?.has(d.id))) {
-      const output = await this.parse(undefined, due);
+    const routes = new Map(
+      await Promise.all(due.map(async (d) => [d.id, await this.deps.directory.route(d.route_id)] as const)),
+    );
+    // a delivery whose endpoint is paused waits, unparsed and unsent, spending no attempt
+    const waits = await this.endpointWaits(due, routes, now);
+    if (waits.size > 0) await this.persist(decideEndpointWait(this.doc, waits, new Date()));
+    const going = due.filter((d) => !waits.has(d.id));
+    if (going.length === 0) {
+      await this.persist(releaseChange(this.doc.deliveries));
+      return;
+    }
+    if (!bodies || going.some((d) => !bodies?.has(d.id))) {
+      const output = await this.parse(undefined, going);
       if (!output.ok) {
         // it parsed before, so the pool is at fault: try again shortly
         await this.persist(decidePoolFailure(new Date()));
@@ -253,14 +270,14 @@ export class MessageActor {
       bodies = new Map(output.bodies.map((body) => [body.deliveryId, body]));
     }
 
-    const retrying = new Set(due.filter((d) => d.state === 'failed').map((d) => d.id));
+    const retrying = new Set(going.filter((d) => d.state === 'failed').map((d) => d.id));
     if (retrying.size > 0) await this.persist(decideRetryStart(this.doc, retrying, new Date()));
 
     const ready = bodies;
-    let inFlight = due.length;
+    let inFlight = going.length;
     await Promise.all(
-      due.map(async (delivery) => {
-        const route = await this.deps.directory.route(delivery.route_id);
+      going.map(async (delivery) => {
+        const route = routes.get(delivery.id);
         const body = ready.get(delivery.id)!;
         const result: AttemptResult | undefined = route
           ? await this.deps.client.post(route.webhook_url, body.body, body.headers)
@@ -269,6 +286,24 @@ export class MessageActor {
         await this.recordAttempt(delivery.id, result, route?.webhook_url, inFlight === 0);
       }),
     );
+  }
+
+  /** The deliveries whose endpoint is paused (and that do not carry its probe), with until when they wait. */
+  private async endpointWaits(
+    due: readonly DeliveryDoc[],
+    routes: ReadonlyMap<string, { webhook_url: string } | undefined>,
+    now: number,
+  ): Promise<Map<string, Date>> {
+    const waits = new Map<string, Date>();
+    const endpoints = this.deps.endpoints;
+    if (!endpoints) return waits;
+    for (const delivery of due) {
+      const route = routes.get(delivery.id);
+      if (!route) continue;
+      const admission = await endpoints.admit(route.webhook_url, now);
+      if (admission.action === 'wait') waits.set(delivery.id, admission.until);
+    }
+    return waits;
   }
 
   /** Persists one attempt's outcome; the last one in flight also releases the message. */
@@ -290,6 +325,26 @@ export class MessageActor {
     });
     if (!decided) return;
     const { delivery, detail } = decided;
+    const health =
+      result && webhookUrl !== undefined
+        ? await this.deps.endpoints?.record(webhookUrl, result.outcome).catch((err: unknown) => {
+            this.log.warn({ err, event: 'endpoint.record_failed' }, 'endpoint health not written');
+            return undefined;
+          })
+        : undefined;
+    if (delivery.state === 'dlq' && (health === 'failing' || health === 'paused')) {
+      metrics.endpointDeadLettered();
+      this.log.warn(
+        {
+          event: EVENTS.endpointDeadLettered,
+          delivery: delivery.id,
+          endpoint: endpointId(webhookUrl!),
+          endpoint_state: health,
+          detail,
+        },
+        'dead-lettered while its endpoint is failing',
+      );
+    }
     const fields = { delivery: delivery.id, attempts: delivery.attempts, detail };
     if (delivery.state === 'delivered')
       this.log.info({ event: EVENTS.deliverySucceeded, ...fields }, 'delivered');

@@ -212,6 +212,41 @@ export function decideRetryStart(
   };
 }
 
+/**
+ * Deliveries whose endpoint is paused wait, each until its time: failed, with no attempt made or
+ * counted (the retry schedule goes on where it was once the endpoint takes deliveries again).
+ */
+export function decideEndpointWait(
+  doc: Pick<MessageDoc, 'state' | 'deliveries'>,
+  waits: ReadonlyMap<string, Date>,
+  at: Date,
+): Change {
+  const history: Change['history'] = [];
+  const deliveries = doc.deliveries.map((d) => {
+    const until = waits.get(d.id);
+    if (!until) return d;
+    const step = deliveryStep(
+      d.state,
+      'endpoint_paused',
+      d.id,
+      at,
+      `endpoint paused: waiting until ${until.toISOString()}, no attempt spent`,
+    );
+    history.push(step.entry);
+    return { ...d, state: step.state, next_attempt_at: until };
+  });
+  return {
+    set: {
+      deliveries,
+      state: messageStateOf(
+        doc.state,
+        deliveries.map((d) => d.state),
+      ),
+    },
+    history,
+  };
+}
+
 /** An operator's replay: back to queued, counters reset, for a new round of attempts. */
 export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date): Change {
   const step = messageStep(doc.state, 'replay', at, 'replay requested');

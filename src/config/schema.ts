@@ -240,6 +240,21 @@ export const SETTINGS = Object.freeze({
       "Longest delay a receiver's Retry-After (on 429 and 503) may set before the next attempt; 0s ignores Retry-After",
     parse: duration(0, 7 * 24 * 3_600_000),
   } satisfies Setting<number>,
+  endpointPauseAfter: {
+    env: 'ENDPOINT_PAUSE_AFTER',
+    flag: 'endpoint-pause-after',
+    defaultText: '20',
+    description:
+      'Consecutive failed attempts after which an endpoint is paused (its deliveries wait, one probe at growing intervals); 0 never pauses',
+    parse: integer(0, 1_000_000),
+  } satisfies Setting<number>,
+  endpointProbeInterval: {
+    env: 'ENDPOINT_PROBE_INTERVAL',
+    flag: 'endpoint-probe-interval',
+    defaultText: '30s',
+    description: "A paused endpoint's first probe comes after this; each failed probe doubles it, up to 1h",
+    parse: duration(10, 3_600_000),
+  } satisfies Setting<number>,
   maxMessageSize: {
     env: 'MAX_MESSAGE_SIZE',
     flag: 'max-message-size',

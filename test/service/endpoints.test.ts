@@ -4,6 +4,7 @@
 import test from 'ava';
 import { type MessageDetail, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 function mail(subject: string): string {
   return `From: s@outside.example\r\nSubject: ${subject}\r\n\r\nbody\r\n`;
@@ -28,10 +29,10 @@ test('a hanging path holds at most WEBHOOK_MAX_IN_FLIGHT requests; a healthy pat
   await routeTo(pipe, 'slow.example', '/hang');
   await routeTo(pipe, 'fast.example', '/ok');
 
-  const slow = [];
+  const slow: string[] = [];
   for (let i = 0; i < 6; i++) slow.push(await send(service.smtpPort, `a@slow.example`, `slow ${i}`));
   await receiver.waitFor(() => receiver.to('/hang').length === 2, 20_000, 'the hanging path full');
-  const fast = [];
+  const fast: string[] = [];
   for (let i = 0; i < 8; i++) fast.push(await send(service.smtpPort, `b@fast.example`, `fast ${i}`));
 
   const delivered = await Promise.all(fast.map((id) => waitForState(api, id, ['delivered'], 30_000)));
@@ -98,4 +99,131 @@ test("an attempt's record carries when it was sent and the response's first 2 KB
   t.true(Date.parse(failed!.sent_at!) <= Date.parse(failed!.at));
   t.is(ok?.status_code, 200);
   t.is(ok?.response_body, 'ok');
+});
+
+interface EndpointBody {
+  id: string;
+  url: string;
+  routes: string[];
+  state: string;
+  consecutive_failures: number;
+  paused_by?: string;
+  last_failure_reason?: string;
+  next_probe_at?: string;
+}
+
+/** The delivery's last history entry says it waits for its paused endpoint. */
+function waitingForEndpoint(message: MessageDetail): boolean {
+  const last = message.history.filter((h) => h.delivery).at(-1);
+  return last?.state === 'failed' && /endpoint paused/.test(last.detail ?? '');
+}
+
+test('an endpoint failing N times in a row is paused for every worker; its deliveries wait unspent; a probe resumes it', async (t) => {
+  t.timeout(120_000);
+  const pipe = await startPipeline(t, {
+    label: 'breaker',
+    env: {
+      WORKERS: '2',
+      ENDPOINT_PAUSE_AFTER: '3',
+      // long enough that no probe goes before the test has looked at the waiting deliveries
+      ENDPOINT_PROBE_INTERVAL: '10s',
+      RETRY_DELAYS: '200ms,200ms,200ms,200ms,200ms',
+    },
+  });
+  const { service, api, receiver } = pipe;
+  let up = false;
+  receiver.on('/down', () => (up ? { status: 204 } : { status: 500, body: 'down for maintenance' }));
+  await routeTo(pipe, 'down.example', '/down');
+  const [endpoint] = (await api.get<EndpointBody[]>('/endpoints')).body;
+  t.is(endpoint?.state, 'healthy');
+
+  // each message in a session of its own: the workers share them
+  const first: string[] = [];
+  for (let i = 0; i < 2; i++) first.push(await send(service.smtpPort, 'a@down.example', `first ${i}`));
+  await waitUntil(
+    async () => (await api.get<EndpointBody>(`/endpoints/${endpoint!.id}`)).body.state === 'paused',
+    'the endpoint paused',
+    { timeoutMs: 30_000 },
+  );
+  const paused = (await api.get<EndpointBody>(`/endpoints/${endpoint!.id}`)).body;
+  t.is(paused.paused_by, 'breaker');
+  t.true(paused.consecutive_failures >= 3);
+  t.is(paused.last_failure_reason, 'HTTP 500');
+  t.truthy(paused.next_probe_at);
+  // once every delivery waits for the endpoint, no request goes out until the probe
+  await waitUntil(
+    async () =>
+      (await Promise.all(first.map((id) => api.get<MessageDetail>(`/messages/${id}`)))).every(
+        ({ body }) => body.state === 'dlq' || waitingForEndpoint(body),
+      ),
+    'the first deliveries waiting',
+    { timeoutMs: 30_000 },
+  );
+  const before = receiver.to('/down').length;
+
+  const later: string[] = [];
+  for (let i = 0; i < 4; i++) later.push(await send(service.smtpPort, 'a@down.example', `later ${i}`));
+  await waitUntil(
+    async () =>
+      (await Promise.all(later.map((id) => api.get<MessageDetail>(`/messages/${id}`)))).every(({ body }) =>
+        waitingForEndpoint(body),
+      ),
+    'the later deliveries waiting',
+    { timeoutMs: 30_000 },
+  );
+  t.is(receiver.to('/down').length, before, 'no request while paused');
+  for (const id of later) {
+    const { body } = await api.get<MessageDetail>(`/messages/${id}`);
+    t.is(body.state, 'failed');
+    t.is(body.deliveries[0]!.attempts, 0, 'no attempt spent while paused');
+    t.deepEqual(body.attempts, []);
+  }
+
+  up = true;
+  const delivered = await Promise.all(later.map((id) => waitForState(api, id, ['delivered'], 60_000)));
+  for (const message of delivered) {
+    // the one that carried the probe, or released after it: one attempt, a success
+    t.deepEqual(
+      message.attempts.map((a) => a.status_code),
+      [204],
+    );
+  }
+  const resumed = (await api.get<EndpointBody>(`/endpoints/${endpoint!.id}`)).body;
+  t.is(resumed.state, 'healthy');
+  t.is(resumed.consecutive_failures, 0);
+  const metrics = (await api.get<string>('/metrics')).text;
+  t.regex(metrics, /mailroute_endpoints_paused_total\{by="breaker"\} [1-9]/);
+  t.regex(metrics, /mailroute_endpoints_resumed_total\{by="probe"\} [1-9]/);
+  t.regex(service.output(), /"event":"endpoint.paused"/);
+  t.regex(service.output(), /"event":"endpoint.resumed"/);
+});
+
+test('an operator pauses and resumes an endpoint; an unknown id is 404', async (t) => {
+  t.timeout(60_000);
+  const pipe = await startPipeline(t, { label: 'pause', env: { ENDPOINT_PROBE_INTERVAL: '1s' } });
+  const { service, api, receiver } = pipe;
+  receiver.on('/in', { status: 204 });
+  await routeTo(pipe, 'held.example', '/in');
+  const [endpoint] = (await api.get<EndpointBody[]>('/endpoints')).body;
+  t.is(endpoint?.url, receiver.url('/in'));
+  t.is((await api.get(`/endpoints/e-00000000000000000000`)).status, 404);
+  t.is((await api.post(`/endpoints/e-00000000000000000000/pause`, {})).status, 404);
+  t.is((await api.post(`/endpoints/${endpoint!.id}/pause`, { now: true })).status, 400);
+
+  const paused = await api.post<EndpointBody>(`/endpoints/${endpoint!.id}/pause`);
+  t.is(paused.status, 200);
+  t.like(paused.body, { state: 'paused', paused_by: 'operator' });
+  const id = await send(service.smtpPort, 'a@held.example', 'held');
+  await waitUntil(
+    async () => waitingForEndpoint((await api.get<MessageDetail>(`/messages/${id}`)).body),
+    'the delivery waiting',
+    { timeoutMs: 30_000 },
+  );
+  t.is(receiver.to('/in').length, 0);
+
+  const resumed = await api.post<EndpointBody>(`/endpoints/${endpoint!.id}/resume`);
+  t.like(resumed.body, { state: 'healthy', consecutive_failures: 0 });
+  const message = await waitForState(api, id, ['delivered'], 30_000);
+  t.is(message.deliveries[0]!.attempts, 1);
+  t.is(receiver.to('/in').length, 1);
 });

@@ -50,6 +50,7 @@ const MESSAGE_ALLOWED: Array<[MessageStateName, MessageEvent, MessageStateName]>
 ];
 const DELIVERY_ALLOWED: Array<[DeliveryStateName, DeliveryEvent, DeliveryStateName]> = [
   ['failed', 'retry_started', 'retried'],
+  ['failed', 'endpoint_paused', 'failed'],
   ...(['routed', 'retried'] as const).flatMap(
     (from): Array<[DeliveryStateName, DeliveryEvent, DeliveryStateName]> => [
       [from, 'attempt_ok', 'delivered'],
@@ -57,6 +58,7 @@ const DELIVERY_ALLOWED: Array<[DeliveryStateName, DeliveryEvent, DeliveryStateNa
       [from, 'retries_exhausted', 'dlq'],
       [from, 'misconfigured', 'dlq'],
       [from, 'route_deleted', 'dlq'],
+      [from, 'endpoint_paused', 'failed'],
     ],
   ),
 ];
