@@ -19,7 +19,7 @@ import type { Intake } from '../store/intake.ts';
 import type { DeliveryDoc, MessageDoc } from '../store/messages.ts';
 import type { Store } from '../store/mongo.ts';
 import { rawExists, readRaw } from '../store/raw.ts';
-import { type Change, releaseChange } from './change.ts';
+import { type Change, mergeChanges, releaseChange } from './change.ts';
 import {
   decideAttempt,
   decideDefect,
@@ -33,6 +33,7 @@ import {
   type RawBytes,
 } from './decisions.ts';
 import type { EndpointHealth } from './endpoint-health.ts';
+import type { Admission } from './endpoint-policy.ts';
 import { OwnedMessage, OwnershipLost } from './owned-message.ts';
 
 export interface ActorDeps {
@@ -253,7 +254,9 @@ export class MessageActor {
       await Promise.all(due.map(async (d) => [d.id, await this.deps.directory.route(d.route_id)] as const)),
     );
     // a delivery whose endpoint is paused waits, unparsed and unsent, spending no attempt
-    const waits = await this.endpointWaits(due, routes, now);
+    const admissions = await this.admissions(due, routes, now);
+    const waits = new Map<string, Date>();
+    for (const [id, admission] of admissions) if (admission.action === 'wait') waits.set(id, admission.until);
     if (waits.size > 0) await this.persist(decideEndpointWait(this.doc, waits, new Date()));
     const going = due.filter((d) => !waits.has(d.id));
     if (going.length === 0) {
@@ -279,31 +282,53 @@ export class MessageActor {
       going.map(async (delivery) => {
         const route = routes.get(delivery.id);
         const body = ready.get(delivery.id)!;
-        const result: AttemptResult | undefined = route
-          ? await this.deps.client.post(route.webhook_url, body.body, body.headers)
-          : undefined;
+        if (!route) {
+          inFlight--;
+          await this.recordAttempt(delivery.id, undefined, undefined, inFlight === 0);
+          return;
+        }
+        const url = route.webhook_url;
+        const endpoints = this.deps.endpoints;
+        // the endpoint may be paused while the request waits for its place: asked again then
+        // (not for the probe, which is the one request a paused endpoint takes)
+        let held: Date | undefined;
+        const result =
+          endpoints && admissions.get(delivery.id)?.action === 'send'
+            ? await this.deps.client.post(url, body.body, body.headers, async () => {
+                const admission = await endpoints.admit(url);
+                if (admission.action === 'wait') held = admission.until;
+                return admission.action !== 'wait';
+              })
+            : await this.deps.client.post(url, body.body, body.headers);
         inFlight--;
-        await this.recordAttempt(delivery.id, result, route?.webhook_url, inFlight === 0);
+        if (result) await this.recordAttempt(delivery.id, result, url, inFlight === 0);
+        else await this.recordWait(delivery.id, held ?? new Date(), inFlight === 0);
       }),
     );
   }
 
-  /** The deliveries whose endpoint is paused (and that do not carry its probe), with until when they wait. */
-  private async endpointWaits(
+  /** How each due delivery's endpoint takes it: sent, sent as the probe of a paused endpoint, or held. */
+  private async admissions(
     due: readonly DeliveryDoc[],
     routes: ReadonlyMap<string, { webhook_url: string } | undefined>,
     now: number,
-  ): Promise<Map<string, Date>> {
-    const waits = new Map<string, Date>();
+  ): Promise<Map<string, Admission>> {
+    const admissions = new Map<string, Admission>();
     const endpoints = this.deps.endpoints;
-    if (!endpoints) return waits;
+    if (!endpoints) return admissions;
     for (const delivery of due) {
       const route = routes.get(delivery.id);
-      if (!route) continue;
-      const admission = await endpoints.admit(route.webhook_url, now);
-      if (admission.action === 'wait') waits.set(delivery.id, admission.until);
+      if (route) admissions.set(delivery.id, await endpoints.admit(route.webhook_url, now));
     }
-    return waits;
+    return admissions;
+  }
+
+  /** A delivery held at its place because its endpoint was paused meanwhile: it waits, unspent. */
+  private async recordWait(deliveryId: string, until: Date, last: boolean): Promise<void> {
+    await this.persist((doc) => {
+      const change = decideEndpointWait(doc, new Map([[deliveryId, until]]), new Date());
+      return last ? mergeChanges(change, releaseChange(change.set?.deliveries ?? doc.deliveries)) : change;
+    });
   }
 
   /** Persists one attempt's outcome; the last one in flight also releases the message. */

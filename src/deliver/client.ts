@@ -99,29 +99,50 @@ export class WebhookClient {
 
   /**
    * One POST attempt: waits (unsent, no deadline running) for one of its endpoint's places, then
-   * sends. Resolves with the classified outcome; never rejects.
+   * sends. With `ready`, asks it once the place is held (the endpoint may have been paused while
+   * the request waited): false gives the place back and resolves undefined, nothing sent. Resolves
+   * with the classified outcome; never rejects.
    */
-  async post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult> {
+  post(url: string, body: Uint8Array, headers: Record<string, string>): Promise<AttemptResult>;
+  post(
+    url: string,
+    body: Uint8Array,
+    headers: Record<string, string>,
+    ready: () => Promise<boolean>,
+  ): Promise<AttemptResult | undefined>;
+  async post(
+    url: string,
+    body: Uint8Array,
+    headers: Record<string, string>,
+    ready?: () => Promise<boolean>,
+  ): Promise<AttemptResult | undefined> {
     let target: URL;
     try {
       target = new URL(url);
     } catch {
-      return unsent(misconfigured('invalid url'));
+      return refused(misconfigured('invalid url'));
     }
     if (!SUPPORTED_PROTOCOLS.includes(target.protocol)) {
-      return unsent(misconfigured('unsupported protocol'));
+      return refused(misconfigured('unsupported protocol'));
     }
     // an IP literal is connected to without a lookup, so it is checked here
     if (this.#denyPrivate && isDeniedAddress(target.hostname.replace(/^\[|\]$/g, ''))) {
-      return unsent(misconfigured(DENIED_MESSAGE));
+      return refused(misconfigured(DENIED_MESSAGE));
     }
     if (this.#closing !== undefined)
-      return unsent({ ok: false, reason: 'connection', error: 'client closed' });
+      return refused({ ok: false, reason: 'connection', error: 'client closed' });
     const key = endpointUrl(url);
     const release = await this.#gate.acquire(key);
     if (this.#closing !== undefined) {
       release();
-      return unsent({ ok: false, reason: 'connection', error: 'client closed' });
+      return refused({ ok: false, reason: 'connection', error: 'client closed' });
+    }
+    if (ready) {
+      const go = await ready().catch(() => true);
+      if (!go) {
+        release();
+        return undefined;
+      }
     }
 
     const sentAt = new Date();
@@ -214,7 +235,7 @@ export class WebhookClient {
 }
 
 /** An attempt refused before it was sent: no time, no response. */
-function unsent(outcome: AttemptOutcome): AttemptResult {
+function refused(outcome: AttemptOutcome): AttemptResult {
   metrics.webhookAttempt(outcome, 0);
   return { outcome, durationMs: 0 };
 }

@@ -2,6 +2,9 @@
 // origin, requests waiting for their endpoint are not attempts, a 429's Retry-After sets the next
 // attempt, and each attempt's record carries what the receiver answered.
 import test from 'ava';
+import { endpointId } from '../../src/deliver/endpoint.ts';
+import { forgetEndpoints, listEndpoints, markFailure, markSuccess } from '../../src/store/endpoints.ts';
+import { openTestDatabase } from '../_support/db.ts';
 import { type MessageDetail, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -226,4 +229,36 @@ test('an operator pauses and resumes an endpoint; an unknown id is 404', async (
   const message = await waitForState(api, id, ['delivered'], 30_000);
   t.is(message.deliveries[0]!.attempts, 1);
   t.is(receiver.to('/in').length, 1);
+});
+
+test('a delivery dead-lettered while its endpoint is failing is logged and counted', async (t) => {
+  const pipe = await startPipeline(t, { label: 'deadend', env: { RETRY_DELAYS: '200ms' } });
+  const { service, api, receiver } = pipe;
+  receiver.on('/gone', { status: 410 });
+  await routeTo(pipe, 'gone.example', '/gone');
+  const id = await send(service.smtpPort, 'a@gone.example', 'gone');
+  await waitForState(api, id, ['dlq'], 30_000);
+  // the endpoint's record is written after the message's
+  await waitUntil(
+    () => /"event":"endpoint.dead_lettered"/.test(service.output()),
+    'the endpoint.dead_lettered line',
+  );
+  const [endpoint] = (await api.get<EndpointBody[]>('/endpoints')).body;
+  t.like(endpoint, { state: 'failing', consecutive_failures: 2, last_failure_reason: 'HTTP 410' });
+  const metrics = (await api.get<string>('/metrics')).text;
+  t.regex(metrics, /mailroute_endpoint_dead_letters_total 1\b/);
+});
+
+test('endpoints no route uses are forgotten once idle; used ones and recent ones are kept', async (t) => {
+  const { store } = await openTestDatabase('forget');
+  t.teardown(() => store.close());
+  const now = new Date('2026-03-01T12:00:00Z');
+  const old = new Date(now.getTime() - 2 * 3_600_000);
+  const used = 'https://a.example/in';
+  await markFailure(store, endpointId(used), used, 'HTTP 500', old);
+  await markFailure(store, endpointId('https://b.example/in'), 'https://b.example/in', 'HTTP 500', old);
+  await markSuccess(store, endpointId('https://c.example/in'), 'https://c.example/in', now);
+  const forgotten = await forgetEndpoints(store, new Set([used]), now, 3_600_000);
+  t.is(forgotten, 1);
+  t.deepEqual((await listEndpoints(store)).map((doc) => doc.url).sort(), [used, 'https://c.example/in']);
 });

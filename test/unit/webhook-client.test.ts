@@ -350,3 +350,20 @@ test('a timeout keeps no response', async (t) => {
   t.like(result.outcome, { ok: false, reason: 'timeout' });
   t.is(result.response, undefined);
 });
+
+test('a request that is no longer wanted once it holds its place is not sent', async (t) => {
+  const rx = await receiver(t, (_req, res) => setTimeout(() => res.writeHead(200).end(), 300));
+  const c = client(t, { maxInFlight: 1 });
+  let asked = 0;
+  const first = c.post(rx.url(), BODY, JSON_HEADERS, async () => ++asked > 0);
+  // asked only once it holds the place, after the first is done
+  const second = c.post(rx.url(), BODY, JSON_HEADERS, async () => {
+    asked++;
+    return false;
+  });
+  t.deepEqual((await first)?.outcome, { ok: true, statusCode: 200 });
+  t.is(await second, undefined);
+  t.is(asked, 2);
+  t.is(rx.requests.length, 1);
+  await waitUntil(() => c.inFlight(rx.url()).sent === 0, 'the place given back');
+});
