@@ -353,7 +353,7 @@ export class MessageActor {
     const health =
       result && webhookUrl !== undefined
         ? await this.deps.endpoints?.record(webhookUrl, result.outcome).catch((err: unknown) => {
-            this.log.warn({ err, event: 'endpoint.record_failed' }, 'endpoint health not written');
+            this.log.warn({ err, event: EVENTS.endpointRecordFailed }, 'endpoint health not written');
             return undefined;
           })
         : undefined;

@@ -31,6 +31,8 @@ export const EVENTS = Object.freeze({
   endpointResumed: 'endpoint.resumed',
   /** a delivery went to dlq while its endpoint was failing or paused */
   endpointDeadLettered: 'endpoint.dead_lettered',
+  /** an attempt's outcome could not be written to its endpoint's health (the database) */
+  endpointRecordFailed: 'endpoint.record_failed',
   messagesRequeued: 'messages.requeued',
   housekeepingDone: 'housekeeping.done',
   housekeepingFailed: 'housekeeping.failed',
