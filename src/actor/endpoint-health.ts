@@ -139,10 +139,17 @@ export class EndpointHealth {
       metrics.endpointResumed('probe');
       this.#logger.warn(
         { event: EVENTS.endpointResumed, endpoint: id, by: 'probe' },
-        'endpoint resumed: its waiting deliveries come back over one probe interval',
+        'endpoint resumed: its waiting deliveries come back over one ENDPOINT_PROBE_INTERVAL',
       );
     }
-    const { paused_at: _a, paused_by: _b, probe_at: _c, probe_interval_ms: _d, ...healthy } = after;
+    const {
+      paused_at: _a,
+      paused_by: _b,
+      probe_at: _c,
+      probe_interval_ms: _d,
+      probe_claimed_at: _e,
+      ...healthy
+    } = after;
     this.#keep(id, healthy, now, now);
     return 'healthy';
   }

@@ -6,8 +6,11 @@ import type { EndpointDoc } from '../store/endpoints.ts';
 export interface BreakerSettings {
   /** ENDPOINT_PAUSE_AFTER: consecutive failures that pause an endpoint; 0: never */
   pauseAfter: number;
-  /** ENDPOINT_PROBE_INTERVAL: the wait before the first probe, ms */
+  /** ENDPOINT_PROBE_INTERVAL: the wait before the first probe, and the window over which the
+   * deliveries waiting come back once a probe may have resumed the endpoint, ms */
   probeIntervalMs: number;
+  /** how long after a probe is claimed its outcome is surely written: WEBHOOK_TIMEOUT and a margin, ms */
+  probeOutcomeMs: number;
 }
 
 /** Probe intervals double up to this (or the first interval, if that is longer). */
@@ -20,13 +23,18 @@ export type Admission =
   /** no attempt: the delivery waits until then and asks again */
   | { action: 'wait'; until: Date };
 
-type Health = Pick<EndpointDoc, 'state' | 'paused_by' | 'probe_at' | 'probe_interval_ms'>;
+type Health = Pick<
+  EndpointDoc,
+  'state' | 'paused_by' | 'probe_at' | 'probe_interval_ms' | 'probe_claimed_at'
+>;
 
 /**
- * Paused by the breaker: the probe when it is due, else a wait until it plus a random part of one
- * interval, so that the deliveries waiting come back spread over an interval once the probe has
- * resumed the endpoint, not all at once. Paused by an operator: no probe, a look again within one
- * to two first intervals. `random` is uniform in [0, 1).
+ * Paused by the breaker: the probe when it is due. Otherwise the delivery waits until the probe's
+ * outcome is known (the next probe's time, or, while a probe is out, its deadline), plus a random
+ * part of one ENDPOINT_PROBE_INTERVAL: once a probe has resumed the endpoint, the deliveries that
+ * waited come back spread over that window, not all at once, and not an interval of an hour later.
+ * Paused by an operator: no probe, a look again within one to two first intervals. `random` is
+ * uniform in [0, 1).
  */
 export function admit(
   health: Health | null,
@@ -35,9 +43,10 @@ export function admit(
   random: number,
 ): Admission {
   if (health?.state !== 'paused') return { action: 'send' };
-  const interval = health.probe_interval_ms ?? settings.probeIntervalMs;
+  const spread = Math.round(settings.probeIntervalMs * random);
   if (health.paused_by === 'operator' || !health.probe_at)
-    return { action: 'wait', until: new Date(nowMs + Math.round(settings.probeIntervalMs * (1 + random))) };
+    return { action: 'wait', until: new Date(nowMs + settings.probeIntervalMs + spread) };
+  const interval = health.probe_interval_ms ?? settings.probeIntervalMs;
   const probeAt = health.probe_at.getTime();
   if (nowMs >= probeAt) {
     const nextIntervalMs = Math.min(interval * 2, Math.max(MAX_PROBE_INTERVAL_MS, settings.probeIntervalMs));
@@ -48,7 +57,9 @@ export function admit(
       nextIntervalMs,
     };
   }
-  return { action: 'wait', until: new Date(probeAt + Math.round(interval * random)) };
+  const probeDecided = (health.probe_claimed_at?.getTime() ?? 0) + settings.probeOutcomeMs;
+  const until = probeDecided > nowMs ? probeDecided : probeAt;
+  return { action: 'wait', until: new Date(until + spread) };
 }
 
 /** A failure that leaves `health` so pauses the endpoint (one not paused already). */

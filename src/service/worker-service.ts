@@ -29,6 +29,8 @@ import type { PrimaryLink } from './primary-link.ts';
 /** How often, and after how long unused, endpoints no route uses are forgotten. */
 const FORGET_EVERY_MS = 10 * 60_000;
 const FORGET_AFTER_MS = 60 * 60_000;
+/** past WEBHOOK_TIMEOUT, the time a probe's outcome takes to be written */
+const PROBE_OUTCOME_MARGIN_MS = 5000;
 
 export interface WorkerService {
   httpPort: number;
@@ -123,7 +125,12 @@ export async function prepareWorkerService({
   });
   const endpoints = new EndpointHealth(
     store,
-    { pauseAfter: config.endpointPauseAfter, probeIntervalMs: config.endpointProbeInterval },
+    {
+      pauseAfter: config.endpointPauseAfter,
+      probeIntervalMs: config.endpointProbeInterval,
+      // a probe's outcome is written once it has answered or timed out, and the writes are done
+      probeOutcomeMs: config.webhookTimeout + PROBE_OUTCOME_MARGIN_MS,
+    },
     logger,
   );
   // endpoints no route uses any more are forgotten (an hour after their last write)

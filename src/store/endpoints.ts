@@ -27,6 +27,8 @@ export interface EndpointDoc {
   probe_at?: Date;
   /** the wait before the probe after next: doubles with each failed probe */
   probe_interval_ms?: number;
+  /** when the last probe was claimed (sent): its outcome is known within WEBHOOK_TIMEOUT */
+  probe_claimed_at?: Date;
   updated_at: Date;
 }
 
@@ -58,7 +60,7 @@ export function markSuccess(store: Store, id: string, url: string, at: Date): Pr
     { _id: id },
     {
       $set: { url, state: 'healthy', consecutive_failures: 0, last_success_at: at, updated_at: at },
-      $unset: { paused_at: '', paused_by: '', probe_at: '', probe_interval_ms: '' },
+      $unset: { paused_at: '', paused_by: '', probe_at: '', probe_interval_ms: '', probe_claimed_at: '' },
     },
     { upsert: true, returnDocument: 'before' },
   );
@@ -107,7 +109,9 @@ export async function pauseEndpoint(
     { _id: id },
     {
       $set: { url, state: 'paused', paused_at: at, paused_by: pause.by, updated_at: at, ...probe },
-      ...(pause.by === 'operator' ? { $unset: { probe_at: '', probe_interval_ms: '' } } : {}),
+      ...(pause.by === 'operator'
+        ? { $unset: { probe_at: '', probe_interval_ms: '', probe_claimed_at: '' } }
+        : { $unset: { probe_claimed_at: '' } }),
       $setOnInsert: { consecutive_failures: 0 },
     },
     { upsert: true, returnDocument: 'after' },
@@ -120,7 +124,7 @@ export function resumeEndpoint(store: Store, id: string, at: Date): Promise<Endp
     { _id: id },
     {
       $set: { state: 'healthy', consecutive_failures: 0, updated_at: at },
-      $unset: { paused_at: '', paused_by: '', probe_at: '', probe_interval_ms: '' },
+      $unset: { paused_at: '', paused_by: '', probe_at: '', probe_interval_ms: '', probe_claimed_at: '' },
     },
     { returnDocument: 'after' },
   );
@@ -146,7 +150,14 @@ export async function claimProbe(
   }
   await endpoints(store).updateOne(
     { _id: id },
-    { $set: { probe_at: nextProbeAt, probe_interval_ms: nextIntervalMs, updated_at: at } },
+    {
+      $set: {
+        probe_at: nextProbeAt,
+        probe_interval_ms: nextIntervalMs,
+        probe_claimed_at: at,
+        updated_at: at,
+      },
+    },
   );
   return true;
 }

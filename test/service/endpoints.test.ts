@@ -50,7 +50,8 @@ test('a hanging path holds at most WEBHOOK_MAX_IN_FLIGHT requests; a healthy pat
   t.is(receiver.to('/hang').length, 2);
   const waiting = await Promise.all(slow.map((id) => api.get<MessageDetail>(`/messages/${id}`)));
   for (const { body } of waiting) {
-    t.is(body.state, 'routed');
+    // queued while its routing waits in memory for the first outcome (see OwnedMessage.defer)
+    t.true(['queued', 'routed'].includes(body.state), body.state);
     t.deepEqual(body.attempts, []);
   }
 });

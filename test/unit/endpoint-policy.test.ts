@@ -6,7 +6,7 @@ import { admit, firstProbe, MAX_PROBE_INTERVAL_MS, shouldPause } from '../../src
 import type { DeliveryDoc } from '../../src/store/messages.ts';
 
 const NOW = Date.parse('2026-03-01T12:00:00Z');
-const SETTINGS = { pauseAfter: 3, probeIntervalMs: 30_000 };
+const SETTINGS = { pauseAfter: 3, probeIntervalMs: 30_000, probeOutcomeMs: 35_000 };
 
 test('a healthy, failing or unknown endpoint takes the delivery', (t) => {
   t.deepEqual(admit(null, NOW, SETTINGS, 0.5), { action: 'send' });
@@ -14,7 +14,7 @@ test('a healthy, failing or unknown endpoint takes the delivery', (t) => {
   t.deepEqual(admit({ state: 'failing' }, NOW, SETTINGS, 0.5), { action: 'send' });
 });
 
-test('paused by the breaker, before the probe: wait until it, spread over one interval', (t) => {
+test('paused by the breaker, before the probe: wait until it, spread over one first interval', (t) => {
   const health = {
     state: 'paused' as const,
     paused_by: 'breaker' as const,
@@ -22,7 +22,23 @@ test('paused by the breaker, before the probe: wait until it, spread over one in
     probe_interval_ms: 60_000,
   };
   t.deepEqual(admit(health, NOW, SETTINGS, 0), { action: 'wait', until: new Date(NOW + 10_000) });
-  t.deepEqual(admit(health, NOW, SETTINGS, 0.5), { action: 'wait', until: new Date(NOW + 40_000) });
+  t.deepEqual(admit(health, NOW, SETTINGS, 0.5), { action: 'wait', until: new Date(NOW + 25_000) });
+});
+
+test('paused, a probe out whose outcome is not known yet: wait for it, not for the next probe', (t) => {
+  const health = {
+    state: 'paused' as const,
+    paused_by: 'breaker' as const,
+    probe_at: new Date(NOW + 3_600_000),
+    probe_interval_ms: 7_200_000,
+    probe_claimed_at: new Date(NOW - 5000),
+  };
+  // the probe's outcome is written within 35 s of its claim; then a part of the 30 s window
+  t.deepEqual(admit(health, NOW, SETTINGS, 0), { action: 'wait', until: new Date(NOW + 30_000) });
+  t.deepEqual(admit(health, NOW, SETTINGS, 0.5), { action: 'wait', until: new Date(NOW + 45_000) });
+  // long after it, the probe failed: until the next one
+  const failed = { ...health, probe_claimed_at: new Date(NOW - 60_000) };
+  t.deepEqual(admit(failed, NOW, SETTINGS, 0), { action: 'wait', until: new Date(NOW + 3_600_000) });
 });
 
 test('paused by the breaker, probe due: the probe, the next one after a doubled interval', (t) => {
