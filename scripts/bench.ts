@@ -22,6 +22,7 @@ import { type LocalServer, startLocalServer } from '../src/local-db/server.ts';
 import type { ProcessStats } from '../src/service/process-stats.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { answers, freePort } from '../src/util/ports.ts';
+import { endpointsPart } from './bench/endpoints.ts';
 import { memoryLargePart } from './bench/memory-large.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
 import {
@@ -884,6 +885,9 @@ try {
     results.memoryLarge = await memoryLargePart();
     log(`memory-large: ${JSON.stringify(results.memoryLarge)}`);
   }
+  // 10. a bad endpoint beside a healthy one (issue 30; its own section)
+  if (PARTS.has('endpoints'))
+    results.endpoints = await endpointsPart(log, { quick: QUICK, write: !QUICK && !ONLY });
 } finally {
   sink.stop();
   await database?.stop();

@@ -5,9 +5,11 @@
 // the scheduler of any process picks it up again when it is due.
 
 import type { AttemptResult, WebhookClient } from '../deliver/client.ts';
+import { endpointId } from '../deliver/endpoint.ts';
 import { InvalidTransition } from '../lifecycle/lifecycle.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
+import { metrics } from '../metrics/metrics.ts';
 import type { DeliveryBody, ParseInput } from '../parse/payload.ts';
 import type { Parser } from '../parse/pool.ts';
 import { destinationOf } from '../route/destinations.ts';
@@ -24,10 +26,11 @@ import {
   type Store,
   type StoredAuth,
 } from '../store/queue.ts';
-import { type Change, releaseChange } from './change.ts';
+import { type Change, mergeChanges, releaseChange } from './change.ts';
 import {
   decideAttempt,
   decideDefect,
+  decideEndpointWait,
   decideParseFailure,
   decidePoolFailure,
   decideReplay,
@@ -36,6 +39,8 @@ import {
   decideStart,
   type RawBytes,
 } from './decisions.ts';
+import type { EndpointHealth } from './endpoint-health.ts';
+import type { Admission } from './endpoint-policy.ts';
 import { OwnedMessage, OwnershipLost } from './owned-message.ts';
 
 export interface ActorDeps {
@@ -44,6 +49,10 @@ export interface ActorDeps {
   client: WebhookClient;
   directory: RouteDirectory;
   retryDelays: readonly number[];
+  /** endpoint health and the breaker; absent: every delivery is sent when due */
+  endpoints?: EndpointHealth;
+  /** WEBHOOK_RETRY_AFTER_MAX, ms; default 1 h */
+  retryAfterMaxMs?: number;
   leaseMs: number;
   logger: Logger;
   /** sender authentication and attachment references; absent: neither (all inline, no `auth`) */
@@ -62,6 +71,8 @@ export interface PayloadSettings {
   /** read at each parse: the public URL may be known only once the API listens */
   links: () => AttachmentLinks;
 }
+
+const DEFAULT_RETRY_AFTER_MAX_MS = 3_600_000;
 
 export class MessageActor {
   readonly id: string;
@@ -272,8 +283,30 @@ export class MessageActor {
       await this.persist(releaseChange(this.doc.deliveries));
       return;
     }
-    if (!bodies || due.some((d) => !bodies?.has(d.id))) {
-      const output = await this.parse(undefined, due);
+    // each delivery's destination as it is now (a removed one is like a deleted route: none)
+    const urls = new Map(
+      await Promise.all(
+        due.map(async (d) => {
+          const route = await this.deps.directory.route(d.route_id);
+          const url =
+            replayUrlFor(this.doc, d.route_id) ??
+            (route && destinationOf(route, d.destination_id, new Date())?.url);
+          return [d.id, url || undefined] as const;
+        }),
+      ),
+    );
+    // a delivery whose endpoint is paused waits, unparsed and unsent, spending no attempt
+    const admissions = await this.admissions(due, urls, now);
+    const waits = new Map<string, Date>();
+    for (const [id, admission] of admissions) if (admission.action === 'wait') waits.set(id, admission.until);
+    if (waits.size > 0) await this.persist(decideEndpointWait(this.doc, waits, new Date()));
+    const going = due.filter((d) => !waits.has(d.id));
+    if (going.length === 0) {
+      await this.persist(releaseChange(this.doc.deliveries));
+      return;
+    }
+    if (!bodies || going.some((d) => !bodies?.has(d.id))) {
+      const output = await this.parse(undefined, going);
       if (!output.ok) {
         // it parsed before, so the pool is at fault: try again shortly
         await this.persist(decidePoolFailure(new Date()));
@@ -282,26 +315,61 @@ export class MessageActor {
       bodies = new Map(output.bodies.map((body) => [body.deliveryId, body]));
     }
 
-    const retrying = new Set(due.filter((d) => d.state === 'failed').map((d) => d.id));
+    const retrying = new Set(going.filter((d) => d.state === 'failed').map((d) => d.id));
     if (retrying.size > 0) await this.persist(decideRetryStart(this.doc, retrying, new Date()));
 
     const ready = bodies;
-    let inFlight = due.length;
+    let inFlight = going.length;
     await Promise.all(
-      due.map(async (delivery) => {
-        const route = await this.deps.directory.route(delivery.route_id);
-        // the destination as it is now: a removed one is like a deleted route
-        const url =
-          replayUrlFor(this.doc, delivery.route_id) ??
-          (route && destinationOf(route, delivery.destination_id, new Date())?.url);
+      going.map(async (delivery) => {
+        const url = urls.get(delivery.id);
         const body = ready.get(delivery.id)!;
-        const result: AttemptResult | undefined = url
-          ? await this.deps.client.post(url, body.body, body.headers)
-          : undefined;
+        if (!url) {
+          inFlight--;
+          await this.recordAttempt(delivery.id, undefined, undefined, inFlight === 0);
+          return;
+        }
+        const endpoints = this.deps.endpoints;
+        // the endpoint may be paused while the request waits for its place: asked again then
+        // (not for the probe, which is the one request a paused endpoint takes)
+        let held: Date | undefined;
+        const result =
+          endpoints && admissions.get(delivery.id)?.action === 'send'
+            ? await this.deps.client.post(url, body.body, body.headers, async () => {
+                const admission = await endpoints.admit(url);
+                if (admission.action === 'wait') held = admission.until;
+                return admission.action !== 'wait';
+              })
+            : await this.deps.client.post(url, body.body, body.headers);
         inFlight--;
-        await this.recordAttempt(delivery.id, result, url, inFlight === 0);
+        if (result) await this.recordAttempt(delivery.id, result, url, inFlight === 0);
+        else await this.recordWait(delivery.id, held ?? new Date(), inFlight === 0);
       }),
     );
+  }
+
+  /** How each due delivery's endpoint takes it: sent, sent as the probe of a paused endpoint, or held. */
+  private async admissions(
+    due: readonly DeliveryDoc[],
+    urls: ReadonlyMap<string, string | undefined>,
+    now: number,
+  ): Promise<Map<string, Admission>> {
+    const admissions = new Map<string, Admission>();
+    const endpoints = this.deps.endpoints;
+    if (!endpoints) return admissions;
+    for (const delivery of due) {
+      const url = urls.get(delivery.id);
+      if (url) admissions.set(delivery.id, await endpoints.admit(url, now));
+    }
+    return admissions;
+  }
+
+  /** A delivery held at its place because its endpoint was paused meanwhile: it waits, unspent. */
+  private async recordWait(deliveryId: string, until: Date, last: boolean): Promise<void> {
+    await this.persist((doc) => {
+      const change = decideEndpointWait(doc, new Map([[deliveryId, until]]), new Date());
+      return last ? mergeChanges(change, releaseChange(change.set?.deliveries ?? doc.deliveries)) : change;
+    });
   }
 
   /** Persists one attempt's outcome; the last one in flight also releases the message. */
@@ -312,19 +380,37 @@ export class MessageActor {
     last: boolean,
   ): Promise<void> {
     let decided: ReturnType<typeof decideAttempt> | undefined;
+    const random = Math.random();
+    const policy = {
+      delaysMs: this.deps.retryDelays,
+      retryAfterMaxMs: this.deps.retryAfterMaxMs ?? DEFAULT_RETRY_AFTER_MAX_MS,
+    };
     await this.persist((doc) => {
-      decided = decideAttempt(
-        doc,
-        deliveryId,
-        { result, webhookUrl },
-        this.deps.retryDelays,
-        new Date(),
-        last,
-      );
+      decided = decideAttempt(doc, deliveryId, { result, webhookUrl, random }, policy, new Date(), last);
       return decided.change;
     });
     if (!decided) return;
     const { delivery, detail } = decided;
+    const health =
+      result && webhookUrl !== undefined
+        ? await this.deps.endpoints?.record(webhookUrl, result.outcome).catch((err: unknown) => {
+            this.log.warn({ err, event: EVENTS.endpointRecordFailed }, 'endpoint health not written');
+            return undefined;
+          })
+        : undefined;
+    if (delivery.state === 'dlq' && (health === 'failing' || health === 'paused')) {
+      metrics.endpointDeadLettered();
+      this.log.warn(
+        {
+          event: EVENTS.endpointDeadLettered,
+          delivery: delivery.id,
+          endpoint: endpointId(webhookUrl!),
+          endpoint_state: health,
+          detail,
+        },
+        'dead-lettered while its endpoint is failing',
+      );
+    }
     const fields = { delivery: delivery.id, attempts: delivery.attempts, detail };
     if (delivery.state === 'delivered')
       this.log.info({ event: EVENTS.deliverySucceeded, ...fields }, 'delivered');

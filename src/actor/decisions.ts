@@ -23,6 +23,9 @@ import {
   MAX_CLAIMS_WHILE_QUEUED,
   MAX_PARSE_FAILURES,
   parseRetryDelayMs,
+  RETRY_AFTER_STATUSES,
+  type RetryPolicy,
+  retryAfterDelayMs,
 } from './retry-policy.ts';
 
 const RELEASE = ['due_at', 'lease_owner'] as const;
@@ -216,6 +219,41 @@ export function decideRetryStart(
   };
 }
 
+/**
+ * Deliveries whose endpoint is paused wait, each until its time: failed, with no attempt made or
+ * counted (the retry schedule goes on where it was once the endpoint takes deliveries again).
+ */
+export function decideEndpointWait(
+  doc: Pick<MessageDoc, 'state' | 'deliveries'>,
+  waits: ReadonlyMap<string, Date>,
+  at: Date,
+): Change {
+  const history: Change['history'] = [];
+  const deliveries = doc.deliveries.map((d) => {
+    const until = waits.get(d.id);
+    if (!until) return d;
+    const step = deliveryStep(
+      d.state,
+      'endpoint_paused',
+      d.id,
+      at,
+      `endpoint paused: waiting until ${until.toISOString()}, no attempt spent`,
+    );
+    history.push(step.entry);
+    return { ...d, state: step.state, next_attempt_at: until };
+  });
+  return {
+    set: {
+      deliveries,
+      state: messageStateOf(
+        doc.state,
+        deliveries.map((d) => d.state),
+      ),
+    },
+    history,
+  };
+}
+
 /** An operator's replay: back to queued, counters reset, for a new round of attempts. */
 export function decideReplay(doc: Pick<MessageDoc, 'state'>, at: Date, to?: ReplayTarget): Change {
   const detail = to ? `replay requested, to ${to.webhook_url}` : 'replay requested';
@@ -242,6 +280,8 @@ export interface AttemptFacts {
   result: AttemptResult | undefined;
   /** the route's webhook_url at the attempt */
   webhookUrl: string | undefined;
+  /** uniform in [0, 1): the retry's jitter (default 0.5: exactly on schedule) */
+  random?: number;
 }
 
 export interface AttemptDecision {
@@ -259,14 +299,14 @@ export function decideAttempt(
   doc: Pick<MessageDoc, 'state' | 'deliveries'>,
   deliveryId: string,
   facts: AttemptFacts,
-  retryDelays: readonly number[],
+  policy: RetryPolicy,
   at: Date,
   last: boolean,
 ): AttemptDecision {
   const current = doc.deliveries.find((d) => d.id === deliveryId);
   if (!current) throw new InvalidTransition('delivery', 'absent', 'attempt');
   const { next_attempt_at: _previousRetry, ...base } = current;
-  const outcome = attemptOutcome(current, facts, retryDelays, at);
+  const outcome = attemptOutcome(current, facts, policy, at);
   const step = deliveryStep(current.state, outcome.event, current.id, at, outcome.detail);
   const delivery: DeliveryDoc = { ...base, ...outcome.fields, state: step.state };
   const deliveries = doc.deliveries.map((d) => (d.id === current.id ? delivery : d));
@@ -300,28 +340,42 @@ interface AttemptOutcomeFacts {
 /** The delivery event an attempt (or the lack of a route) is, with what it changes and records. */
 function attemptOutcome(
   current: DeliveryDoc,
-  { result, webhookUrl }: AttemptFacts,
-  retryDelays: readonly number[],
+  { result, webhookUrl, random = 0.5 }: AttemptFacts,
+  policy: RetryPolicy,
   at: Date,
 ): AttemptOutcomeFacts {
   if (!result || webhookUrl === undefined)
     return { event: 'route_deleted', detail: 'route deleted; not delivered', fields: {} };
-  const { outcome, durationMs } = result;
+  const { outcome } = result;
   const fields = { attempts: current.attempts + 1, webhook_url: webhookUrl };
-  const attempt: AttemptRecord = {
-    delivery: current.id,
-    at,
-    ...(outcome.ok || outcome.reason === 'http_status'
-      ? { status_code: outcome.statusCode }
-      : { error: outcome.error }),
-    duration_ms: Math.round(durationMs),
-  };
+  const attempt = attemptRecord(current.id, result, at);
   if (outcome.ok) return { event: 'attempt_ok', detail: `HTTP ${outcome.statusCode}`, fields, attempt };
   if (outcome.reason === 'misconfigured')
     return { event: 'misconfigured', detail: `${MISCONFIGURED}: ${outcome.error}`, fields, attempt };
   const detail =
     outcome.reason === 'http_status' ? `HTTP ${outcome.statusCode}` : `${outcome.reason}: ${outcome.error}`;
-  const decision = afterFailure(fields.attempts, retryDelays, at.getTime());
+  const retryAfterMs =
+    outcome.reason === 'http_status' && RETRY_AFTER_STATUSES.includes(outcome.statusCode)
+      ? retryAfterDelayMs(result.response?.retryAfter, at.getTime())
+      : undefined;
+  const decision = afterFailure(fields.attempts, policy, at.getTime(), { random, retryAfterMs });
   if (decision.event === 'retries_exhausted') return { event: decision.event, detail, fields, attempt };
   return { event: decision.event, detail, fields: { ...fields, next_attempt_at: decision.retryAt }, attempt };
+}
+
+/** What the record keeps of one attempt: its outcome, when it was sent, and what the receiver said. */
+function attemptRecord(delivery: string, result: AttemptResult, at: Date): AttemptRecord {
+  const { outcome, durationMs, sentAt, response } = result;
+  return {
+    delivery,
+    at,
+    ...(outcome.ok || outcome.reason === 'http_status'
+      ? { status_code: outcome.statusCode }
+      : { error: outcome.error }),
+    duration_ms: Math.round(durationMs),
+    ...(sentAt ? { sent_at: sentAt } : {}),
+    ...(response?.contentType !== undefined ? { content_type: storable(response.contentType) } : {}),
+    ...(response?.retryAfter !== undefined ? { retry_after: storable(response.retryAfter) } : {}),
+    ...(response?.body !== undefined ? { response_body: storable(response.body) } : {}),
+  };
 }

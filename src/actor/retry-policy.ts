@@ -1,16 +1,71 @@
-// What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS, or the dead
-// letter queue once they are used up. Pure: the actor persists what this decides.
+// What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS (±10 % jitter, so
+// that deliveries failed together do not come back together), later if the receiver said so with
+// Retry-After, or the dead letter queue once they are used up. Pure: the actor persists what this
+// decides, and passes the random number in.
 
 export type AfterFailure = { event: 'attempt_failed'; retryAt: Date } | { event: 'retries_exhausted' };
 
+/** How far a scheduled delay may move either way, as a fraction of it. */
+export const RETRY_JITTER = 0.1;
+
+/** The retry schedule and how far a receiver may push it. */
+export interface RetryPolicy {
+  /** RETRY_DELAYS: its length is the number of retries */
+  delaysMs: readonly number[];
+  /** WEBHOOK_RETRY_AFTER_MAX: the longest delay a Retry-After may ask for (0: ignored) */
+  retryAfterMaxMs: number;
+}
+
+export interface FailureFacts {
+  /** uniform in [0, 1): where in the jitter range this retry falls (0.5: exactly on schedule) */
+  random: number;
+  /** the delay the receiver's Retry-After asked for from now, ms (see retryAfterDelayMs) */
+  retryAfterMs?: number | undefined;
+}
+
 /**
  * @param attemptsMade attempts in this round, the failed one included (1 after the first failure)
- * @param delaysMs RETRY_DELAYS: its length is the number of retries
  */
-export function afterFailure(attemptsMade: number, delaysMs: readonly number[], nowMs: number): AfterFailure {
-  const delay = delaysMs[attemptsMade - 1];
+export function afterFailure(
+  attemptsMade: number,
+  policy: RetryPolicy,
+  nowMs: number,
+  facts: FailureFacts = { random: 0.5 },
+): AfterFailure {
+  const delay = policy.delaysMs[attemptsMade - 1];
   if (delay === undefined) return { event: 'retries_exhausted' };
-  return { event: 'attempt_failed', retryAt: new Date(nowMs + delay) };
+  const random = Math.min(Math.max(facts.random, 0), 1);
+  const scheduled = delay * (1 - RETRY_JITTER + 2 * RETRY_JITTER * random);
+  // the receiver's word is "not before": its jitter only ever adds
+  const asked =
+    facts.retryAfterMs === undefined || policy.retryAfterMaxMs === 0
+      ? 0
+      : Math.min(facts.retryAfterMs, policy.retryAfterMaxMs) * (1 + RETRY_JITTER * random);
+  return { event: 'attempt_failed', retryAt: new Date(nowMs + Math.round(Math.max(scheduled, asked))) };
+}
+
+/** The statuses whose Retry-After is heeded (RFC 9110 10.2.3: 503, and 429 by RFC 6585). */
+export const RETRY_AFTER_STATUSES: readonly number[] = Object.freeze([429, 503]);
+
+/** Longer digit runs than this are not a delay anyone means (and would lose precision). */
+const MAX_RETRY_AFTER_DIGITS = 10;
+
+/**
+ * A Retry-After value as a delay from `nowMs`, ms: delay-seconds or an HTTP date (RFC 9110
+ * 10.2.3). A date in the past is 0; anything else unreadable is undefined (ignored).
+ */
+export function retryAfterDelayMs(value: string | undefined, nowMs: number): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) {
+    if (text.length > MAX_RETRY_AFTER_DIGITS) return undefined;
+    return Number(text) * 1000;
+  }
+  // an IMF-fixdate is at most 29 characters; obsolete formats a little longer
+  if (text.length > 64 || !/^[A-Za-z]{3}/.test(text)) return undefined;
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - nowMs);
 }
 
 /** Backoff before trying a parse again after the pool itself failed (not the message). */

@@ -28,6 +28,7 @@ import { attachmentRoutes } from './attachments.ts';
 import { apiKeyHook, type FailureCounter, presentsKey } from './auth.ts';
 import { consoleRoutes } from './console.ts';
 import { domainRoutes } from './domains.ts';
+import { endpointRoutes } from './endpoints.ts';
 import { installErrorHandling } from './error-handler.ts';
 import type { FailurePolicy } from './failure-windows.ts';
 import { messageRoutes } from './messages.ts';
@@ -192,6 +193,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(domainRoutes, { store: deps.store, routingChanged });
   await app.register(routeRoutes, { store: deps.store, routingChanged, directory });
   await app.register(messageRoutes, { store: deps.store, replay: deps.replay });
+  await app.register(endpointRoutes, { store: deps.store, logger: deps.logger });
   await app.register(attachmentRoutes, {
     store: deps.store,
     pool: deps.pool,

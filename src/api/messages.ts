@@ -112,6 +112,10 @@ export function toMessageDetail(doc: MessageDoc) {
       ...(attempt.status_code !== undefined ? { status_code: attempt.status_code } : {}),
       ...(attempt.error !== undefined ? { error: attempt.error } : {}),
       duration_ms: attempt.duration_ms,
+      ...(attempt.sent_at !== undefined ? { sent_at: attempt.sent_at.toISOString() } : {}),
+      ...(attempt.content_type !== undefined ? { content_type: attempt.content_type } : {}),
+      ...(attempt.retry_after !== undefined ? { retry_after: attempt.retry_after } : {}),
+      ...(attempt.response_body !== undefined ? { response_body: attempt.response_body } : {}),
     })),
     deliveries: doc.deliveries.map((delivery) => ({
       id: delivery.id,

@@ -229,8 +229,40 @@ export const SETTINGS = Object.freeze({
     env: 'WEBHOOK_TIMEOUT',
     flag: 'webhook-timeout',
     defaultText: '30s',
-    description: 'Deadline for one whole webhook exchange',
+    description:
+      'Deadline for one whole webhook exchange, counted from when the request is sent (not while it waits for its endpoint)',
     parse: duration(10, 10 * 60_000),
+  } satisfies Setting<number>,
+  webhookMaxInFlight: {
+    env: 'WEBHOOK_MAX_IN_FLIGHT',
+    flag: 'webhook-max-in-flight',
+    defaultText: '64',
+    description:
+      'Webhook requests sent at once to one endpoint (one webhook URL) by one worker; more wait unsent, without spending an attempt',
+    parse: integer(1, 10_000),
+  } satisfies Setting<number>,
+  webhookRetryAfterMax: {
+    env: 'WEBHOOK_RETRY_AFTER_MAX',
+    flag: 'webhook-retry-after-max',
+    defaultText: '1h',
+    description:
+      "Longest delay a receiver's Retry-After (on 429 and 503) may set before the next attempt; 0s ignores Retry-After",
+    parse: duration(0, 7 * 24 * 3_600_000),
+  } satisfies Setting<number>,
+  endpointPauseAfter: {
+    env: 'ENDPOINT_PAUSE_AFTER',
+    flag: 'endpoint-pause-after',
+    defaultText: '20',
+    description:
+      'Consecutive failed attempts after which an endpoint is paused (its deliveries wait, one probe at growing intervals); 0 never pauses',
+    parse: integer(0, 1_000_000),
+  } satisfies Setting<number>,
+  endpointProbeInterval: {
+    env: 'ENDPOINT_PROBE_INTERVAL',
+    flag: 'endpoint-probe-interval',
+    defaultText: '30s',
+    description: "A paused endpoint's first probe comes after this; each failed probe doubles it, up to 1h",
+    parse: duration(10, 3_600_000),
   } satisfies Setting<number>,
   maxMessageSize: {
     env: 'MAX_MESSAGE_SIZE',

@@ -387,16 +387,18 @@ async function messageView(id) {
       { class: 'card' },
       h('h2', {}, 'Attempts'),
       table(
-        ['At', 'Delivery', 'HTTP status', 'Error', 'Duration'],
+        ['At', 'Sent', 'Delivery', 'HTTP status', 'Error', 'Duration', 'Response'],
         m.attempts.map((a) =>
           h(
             'tr',
             {},
             h('td', {}, time(a.at)),
+            h('td', {}, time(a.sent_at)),
             h('td', { class: 'mono' }, a.delivery),
             h('td', {}, a.status_code ?? ''),
             h('td', {}, a.error ?? ''),
             h('td', {}, `${a.duration_ms} ms`),
+            h('td', {}, responseOf(a)),
           ),
         ),
         'No attempts yet.',
@@ -420,6 +422,18 @@ async function messageView(id) {
       h('pre', { id: 'headers' }, headerText || '(not available)'),
     ),
   );
+}
+
+/** What the receiver answered: its words as text (h() makes text nodes), never as markup. */
+function responseOf(attempt) {
+  const said = [
+    attempt.content_type ? `Content-Type: ${attempt.content_type}` : '',
+    attempt.retry_after ? `Retry-After: ${attempt.retry_after}` : '',
+  ].filter(Boolean);
+  return [
+    said.length ? h('div', { class: 'muted' }, said.join(' · ')) : undefined,
+    attempt.response_body ? h('pre', { class: 'response-body' }, attempt.response_body) : undefined,
+  ];
 }
 
 // ---- dead letter queue ----------------------------------------------------------------------
@@ -533,8 +547,13 @@ function createForm(id, fields, submitText, onSubmit) {
 }
 
 async function routesView() {
-  const [domains, routes] = await Promise.all([api('GET', '/domains'), api('GET', '/routes')]);
+  const [domains, routes, endpoints] = await Promise.all([
+    api('GET', '/domains'),
+    api('GET', '/routes'),
+    api('GET', '/endpoints'),
+  ]);
   const reload = () => routesView();
+  const endpointOf = (route) => endpoints.find((e) => e.routes.includes(route.id));
   const result = h('div', { id: 'match-result' });
   const tester = createForm(
     'tester',
@@ -609,7 +628,7 @@ async function routesView() {
         },
       ),
       table(
-        ['Domain', 'Pattern', 'Action', 'Webhooks', 'Signed', 'Id', ''],
+        ['Domain', 'Pattern', 'Action', 'Webhooks', 'Endpoint', 'Signed', 'Id', ''],
         routes.map((r) =>
           h(
             'tr',
@@ -624,6 +643,7 @@ async function routesView() {
                 h('div', {}, url),
               ),
             ),
+            h('td', { class: 'endpoint-state' }, endpointOf(r) ? stateBadge(endpointOf(r).state) : ''),
             h(
               'td',
               {},
@@ -688,6 +708,59 @@ async function routesView() {
         },
       ),
     ),
+    endpointsCard(endpoints, reload),
+  );
+}
+
+/** Each webhook endpoint's health, with pause and resume. */
+function endpointsCard(endpoints, reload) {
+  return h(
+    'div',
+    { class: 'card', id: 'endpoints' },
+    h('h1', {}, 'Endpoints'),
+    h(
+      'p',
+      { class: 'muted' },
+      'One per webhook URL. A paused endpoint gets no deliveries (they wait, spending no attempt); paused by the breaker, one probe goes out at growing intervals and its first success resumes it.',
+    ),
+    table(
+      ['Webhook', 'State', 'Failures in a row', 'Last success', 'Last failure', 'Next probe', ''],
+      endpoints.map((e) =>
+        h(
+          'tr',
+          { 'data-id': e.id },
+          h('td', { class: 'mono' }, e.url),
+          h('td', {}, stateBadge(e.state), e.paused_by ? ` by ${e.paused_by}` : ''),
+          h('td', {}, e.consecutive_failures),
+          h('td', {}, time(e.last_success_at)),
+          h('td', {}, time(e.last_failure_at), e.last_failure_reason ? ` (${e.last_failure_reason})` : ''),
+          h('td', {}, time(e.next_probe_at)),
+          h('td', {}, pauseButton(e, reload)),
+        ),
+      ),
+      'No endpoints yet.',
+    ),
+  );
+}
+
+function pauseButton(endpoint, after) {
+  const action = endpoint.state === 'paused' ? 'resume' : 'pause';
+  return h(
+    'button',
+    {
+      type: 'button',
+      class: action,
+      onclick: async (event) => {
+        event.target.disabled = true;
+        try {
+          await api('POST', `/endpoints/${endpoint.id}/${action}`);
+          await after();
+        } catch (err) {
+          event.target.after(message(err.message, 'error'));
+        }
+      },
+    },
+    action === 'resume' ? 'Resume' : 'Pause',
   );
 }
 

@@ -68,6 +68,7 @@ export const DELIVERY_EVENTS = Object.freeze([
   'misconfigured', // the route's webhook_url cannot be posted to (invalid, or a refused private address)
   'route_deleted', // its route was deleted before the attempt
   'retry_started',
+  'endpoint_paused', // its endpoint is paused: it waits, no attempt made or spent
 ] as const);
 export type DeliveryEvent = (typeof DELIVERY_EVENTS)[number];
 
@@ -80,11 +81,12 @@ const ATTEMPT = Object.freeze({
   retries_exhausted: 'dlq',
   misconfigured: 'dlq',
   route_deleted: 'dlq',
+  endpoint_paused: 'failed',
 } as const);
 
 export const DELIVERY_TABLE: Table<DeliveryStateName, DeliveryEvent> = Object.freeze({
   routed: ATTEMPT,
-  failed: Object.freeze({ retry_started: 'retried' }),
+  failed: Object.freeze({ retry_started: 'retried', endpoint_paused: 'failed' }),
   retried: ATTEMPT,
   delivered: Object.freeze({}),
   dlq: Object.freeze({}),

@@ -25,6 +25,14 @@ export const EVENTS = Object.freeze({
   deliveryFailed: 'delivery.failed',
   deliveryDeadLettered: 'delivery.dlq',
   leaseTakenOver: 'lease.taken_over',
+  /** an endpoint paused (by the breaker after consecutive failures, or by an operator) */
+  endpointPaused: 'endpoint.paused',
+  /** a paused endpoint resumed (a probe succeeded, or an operator) */
+  endpointResumed: 'endpoint.resumed',
+  /** a delivery went to dlq while its endpoint was failing or paused */
+  endpointDeadLettered: 'endpoint.dead_lettered',
+  /** an attempt's outcome could not be written to its endpoint's health (the database) */
+  endpointRecordFailed: 'endpoint.record_failed',
   messagesRequeued: 'messages.requeued',
   housekeepingDone: 'housekeeping.done',
   housekeepingFailed: 'housekeeping.failed',

@@ -120,6 +120,23 @@ const leasesTakenOver = counter(
   'Messages taken over from an owner whose lease expired (a crash, a stall)',
 );
 
+const endpointsPaused = counter(
+  'mailroute_endpoints_paused_total',
+  'Endpoints paused, by whom (breaker: consecutive failures; operator)',
+  ['by'],
+);
+
+const endpointsResumed = counter(
+  'mailroute_endpoints_resumed_total',
+  'Paused endpoints resumed, by whom (probe: a probe succeeded; operator)',
+  ['by'],
+);
+
+const endpointDeadLetters = counter(
+  'mailroute_endpoint_dead_letters_total',
+  'Deliveries dead-lettered while their endpoint was failing or paused',
+);
+
 const httpRequests = counter(
   'mailroute_http_requests_total',
   'API requests by method, route pattern and status class',
@@ -187,6 +204,15 @@ export const metrics = Object.freeze({
   },
   leaseTakenOver(): void {
     leasesTakenOver.inc();
+  },
+  endpointPaused(by: 'breaker' | 'operator'): void {
+    endpointsPaused.inc({ by });
+  },
+  endpointResumed(by: 'probe' | 'operator'): void {
+    endpointsResumed.inc({ by });
+  },
+  endpointDeadLettered(): void {
+    endpointDeadLetters.inc();
   },
   httpRequest(method: string, route: string, status: number): void {
     httpRequests.inc({

@@ -6,10 +6,12 @@ import cluster from 'node:cluster';
 import { type AddressInfo, isIPv6 } from 'node:net';
 import os from 'node:os';
 import type { SMTPServer } from 'smtp-server';
+import { EndpointHealth } from '../actor/endpoint-health.ts';
 import { ActorSystem } from '../actor/system.ts';
 import { buildApp } from '../api/app.ts';
 import type { Config } from '../config/schema.ts';
 import { WebhookClient } from '../deliver/client.ts';
+import { endpointUrl } from '../deliver/endpoint.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { collectProcessMetrics, metrics } from '../metrics/metrics.ts';
@@ -17,11 +19,19 @@ import { ParseLanes } from '../parse/pool.ts';
 import { RouteDirectory } from '../route/directory.ts';
 import { MemoryBudget } from '../smtp/memory-budget.ts';
 import { CLOSE_TIMEOUT_MS, createSmtpServer } from '../smtp/server.ts';
+import { forgetEndpoints } from '../store/endpoints.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../store/keys.ts';
 import type { Store } from '../store/mongo.ts';
+import { listRoutes } from '../store/routes.ts';
 import { bumpRoutingVersion } from '../store/routing-version.ts';
 import { answerMetricsCollection, instanceMetrics } from './cluster-metrics.ts';
 import type { PrimaryLink } from './primary-link.ts';
+
+/** How often, and after how long unused, endpoints no route uses are forgotten. */
+const FORGET_EVERY_MS = 10 * 60_000;
+const FORGET_AFTER_MS = 60 * 60_000;
+/** past WEBHOOK_TIMEOUT, the time a probe's outcome takes to be written */
+const PROBE_OUTCOME_MARGIN_MS = 5000;
 
 export interface WorkerService {
   httpPort: number;
@@ -113,14 +123,41 @@ export async function prepareWorkerService({
   });
   const client = new WebhookClient({
     timeoutMs: config.webhookTimeout,
+    maxInFlight: config.webhookMaxInFlight,
     denyPrivate: config.webhookDenyPrivate,
   });
+  const endpoints = new EndpointHealth(
+    store,
+    {
+      pauseAfter: config.endpointPauseAfter,
+      probeIntervalMs: config.endpointProbeInterval,
+      // a probe's outcome is written once it has answered or timed out, and the writes are done
+      probeOutcomeMs: config.webhookTimeout + PROBE_OUTCOME_MARGIN_MS,
+    },
+    logger,
+  );
+  // endpoints no route uses any more are forgotten (an hour after their last write)
+  const forgetting = setInterval(() => {
+    void listRoutes(store)
+      .then((routes) =>
+        forgetEndpoints(
+          store,
+          new Set(routes.map((r) => endpointUrl(r.webhook_url))),
+          new Date(),
+          FORGET_AFTER_MS,
+        ),
+      )
+      .catch((err: unknown) => logger.warn({ err }, 'forgetting unused endpoints failed'));
+  }, FORGET_EVERY_MS);
+  forgetting.unref();
   const actors = new ActorSystem({
     store,
+    endpoints,
     pool: budget.parser(pool),
     client,
     directory,
     retryDelays: config.retryDelays,
+    retryAfterMaxMs: config.webhookRetryAfterMax,
     leaseMs: config.leaseTime,
     logger,
     payload: {
@@ -227,6 +264,8 @@ export async function prepareWorkerService({
       directory.stop();
       await pool.close();
       await client.close();
+      clearInterval(forgetting);
+      endpoints.stop();
     })();
     return stopping;
   }

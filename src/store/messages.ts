@@ -38,7 +38,15 @@ export interface AttemptRecord {
   at: Date;
   status_code?: number;
   error?: string;
+  /** from when it was sent (not while it waited for its endpoint's place) */
   duration_ms: number;
+  /** when the request was sent; absent in records written before it was kept */
+  sent_at?: Date;
+  /** the response's Content-Type and Retry-After, bounded */
+  content_type?: string;
+  retry_after?: string;
+  /** the response body's first 2 KB as UTF-8 text: data to read, never markup to render */
+  response_body?: string;
 }
 
 export interface DeliveryDoc {

@@ -74,7 +74,17 @@ export interface MessageDetail {
   to: string[];
   subject: string;
   history: Array<{ state: string; at: string; detail?: string; delivery?: string }>;
-  attempts: Array<{ delivery: string; status_code?: number; error?: string; duration_ms: number }>;
+  attempts: Array<{
+    delivery: string;
+    at: string;
+    status_code?: number;
+    error?: string;
+    duration_ms: number;
+    sent_at?: string;
+    content_type?: string;
+    retry_after?: string;
+    response_body?: string;
+  }>;
   deliveries: Array<{ id: string; route_id: string; state: string; attempts: number; recipients: string[] }>;
 }
 

@@ -13,9 +13,14 @@ export interface ReceivedRequest {
   status?: number;
 }
 
-/** What to do with one request: answer a status, never answer, cut the connection, or answer 200
- * and then send the body one byte every 100 ms, forever. */
-export type Behaviour = { status: number; delayMs?: number } | 'hang' | 'reset' | 'trickle';
+/** What to do with one request: answer a status (with headers and a body: default `ok` as
+ * text/plain), never answer, cut the connection, or answer 200 and then send the body one byte
+ * every 100 ms, forever. */
+export type Behaviour =
+  | { status: number; delayMs?: number; headers?: Record<string, string>; body?: string }
+  | 'hang'
+  | 'reset'
+  | 'trickle';
 
 export class WebhookReceiver {
   readonly requests: ReceivedRequest[] = [];
@@ -88,7 +93,9 @@ export class WebhookReceiver {
       }
       const answer = () => {
         request.status = behaviour.status;
-        res.writeHead(behaviour.status, { 'content-type': 'text/plain' }).end('ok');
+        res
+          .writeHead(behaviour.status, { 'content-type': 'text/plain', ...behaviour.headers })
+          .end(behaviour.body ?? 'ok');
       };
       if (behaviour.delayMs) setTimeout(answer, behaviour.delayMs);
       else answer();

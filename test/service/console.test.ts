@@ -46,7 +46,10 @@ if (present) {
     pipe = await startPipeline(undefined, { label: 'console', env: { SERVICE_API_KEY: KEY } });
     api = new ApiClient(pipe.service.baseUrl, KEY);
     pipe.receiver.on('/ok', { status: 200 });
-    pipe.receiver.on('/flaky', () => ({ status: healthy ? 200 : 503 }));
+    // markup in an answer: the console shows it as text, never as HTML
+    pipe.receiver.on('/flaky', () =>
+      healthy ? { status: 200 } : { status: 503, body: '<b id="injected">down</b>' },
+    );
     const via = { api, receiver: pipe.receiver };
     await routeTo(via, DOMAIN, '/ok', 'orders');
     await routeTo(via, DOMAIN, '/flaky', 'hooks+*');
@@ -140,6 +143,36 @@ serial(
     await page.locator('#bulk-status', { hasText: 'Re-queued' }).waitFor();
     t.is(await page.locator('#bulk-status').textContent(), 'Re-queued 1 of 1 matching message(s).');
     await waitForState(api, ids.broken2!, ['delivered']);
+  },
+);
+
+serial(
+  'an attempt shows what the receiver answered, as text; endpoints show their health, paused and resumed by hand',
+  async (t) => {
+    await page.goto(`${pipe.service.baseUrl}/console#/message/${ids.broken}`);
+    await page.locator('#message-state').waitFor();
+    const answer = page.locator('pre.response-body', { hasText: 'down' }).first();
+    await answer.waitFor();
+    t.is(await answer.textContent(), '<b id="injected">down</b>');
+    t.is(await page.locator('#injected').count(), 0, 'never rendered as HTML');
+
+    await page.goto(`${pipe.service.baseUrl}/console#/routes`);
+    const row = () => page.locator('#endpoints tr', { hasText: pipe.receiver.url('/ok') });
+    await row().waitFor();
+    t.is(await row().locator('.state').textContent(), 'healthy');
+    t.is(
+      await page.locator('#view tr', { hasText: 'orders' }).locator('.endpoint-state .state').textContent(),
+      'healthy',
+    );
+    await row().getByRole('button', { name: 'Pause' }).click();
+    await row().locator('.state', { hasText: 'paused' }).waitFor();
+    const [paused] = (await api.get<Array<{ url: string; state: string }>>('/endpoints')).body.filter(
+      (e) => e.url === pipe.receiver.url('/ok'),
+    );
+    t.is(paused?.state, 'paused');
+    await shot('console-endpoints.png');
+    await row().getByRole('button', { name: 'Resume' }).click();
+    await row().locator('.state', { hasText: 'healthy' }).waitFor();
   },
 );
 

@@ -17,7 +17,7 @@ import type { MessageStateName } from '../../src/lifecycle/tables.ts';
 import type { DeliveryDoc, MessageDoc } from '../../src/store/messages.ts';
 
 const AT = new Date('2026-01-01T00:00:00Z');
-const DELAYS = [1000, 2000];
+const POLICY = { delaysMs: [1000, 2000], retryAfterMaxMs: 60_000 };
 
 function delivery(id: string, state: DeliveryDoc['state'], more: Partial<DeliveryDoc> = {}): DeliveryDoc {
   return {
@@ -224,7 +224,7 @@ for (const [name, current, result, expected] of attempts) {
       doc,
       'd',
       { result, webhookUrl: result ? 'https://hook.example/x' : undefined },
-      DELAYS,
+      POLICY,
       AT,
       true,
     );
@@ -249,7 +249,7 @@ test('attempt: one of two deliveries delivered, the other in flight: routed, not
     doc,
     'd',
     { result: ok(200), webhookUrl: 'https://hook.example/x' },
-    DELAYS,
+    POLICY,
     AT,
     false,
   );
@@ -261,7 +261,7 @@ test('attempt on a delivery already final is an invalid transition', (t) => {
   const doc = { state: 'routed' as const, deliveries: [delivery('d', 'delivered')] };
   t.throws(
     () =>
-      decideAttempt(doc, 'd', { result: ok(200), webhookUrl: 'https://hook.example/x' }, DELAYS, AT, true),
+      decideAttempt(doc, 'd', { result: ok(200), webhookUrl: 'https://hook.example/x' }, POLICY, AT, true),
     {
       instanceOf: InvalidTransition,
     },
@@ -286,3 +286,58 @@ for (const [state, allowed] of replays) {
     t.like(change.set, { parse_failures: 0, claims: 0 });
   });
 }
+
+/** One failed attempt whose response carried `retryAfter`. */
+function answered(status: number, retryAfter: string | undefined): AttemptResult {
+  return {
+    ...ok(status),
+    sentAt: new Date(AT.getTime() - 20),
+    response: {
+      contentType: 'text/plain',
+      ...(retryAfter !== undefined ? { retryAfter } : {}),
+      body: 'slow down\u0000',
+    },
+  };
+}
+
+const HEEDED: Array<[string, number, string | undefined, number]> = [
+  ['429 with Retry-After: 7 waits 7 s', 429, '7', 7000],
+  ['503 with Retry-After as a date 30 s ahead waits 30 s', 503, 'Thu, 01 Jan 2026 00:00:30 GMT', 30_000],
+  ['429 with a date in the past keeps the schedule', 429, 'Wed, 31 Dec 2025 00:00:00 GMT', 1000],
+  ['500 with Retry-After keeps the schedule (only 429 and 503 are heeded)', 500, '7', 1000],
+  ['429 asking for a day waits the bound', 429, '86400', 60_000],
+];
+for (const [name, status, retryAfter, delay] of HEEDED) {
+  test(`attempt: ${name}`, (t) => {
+    const doc = { state: 'routed' as const, deliveries: [delivery('d', 'routed')] };
+    const decided = decideAttempt(
+      doc,
+      'd',
+      { result: answered(status, retryAfter), webhookUrl: 'https://hook.example/x', random: 0 },
+      POLICY,
+      AT,
+      true,
+    );
+    const waited = decided.delivery.next_attempt_at!.getTime() - AT.getTime();
+    // random 0: the schedule's earliest (-10 %), the receiver's exactly what it asked
+    t.is(waited, delay === 1000 ? 900 : delay);
+  });
+}
+
+test('attempt: the record keeps when it was sent and what the receiver said (NUL made storable)', (t) => {
+  const doc = { state: 'routed' as const, deliveries: [delivery('d', 'routed')] };
+  const result = answered(429, '7');
+  const decided = decideAttempt(doc, 'd', { result, webhookUrl: 'https://hook.example/x' }, POLICY, AT, true);
+  t.deepEqual(decided.change.attempts, [
+    {
+      delivery: 'd',
+      at: AT,
+      status_code: 429,
+      duration_ms: 12,
+      sent_at: result.sentAt,
+      content_type: 'text/plain',
+      retry_after: '7',
+      response_body: 'slow down\ufffd',
+    },
+  ]);
+});

@@ -10,6 +10,7 @@ import test, { type ExecutionContext } from 'ava';
 import { type AttemptOutcome, classifyError } from '../../src/deliver/classify.ts';
 import { WebhookClient, type WebhookClientOptions } from '../../src/deliver/client.ts';
 import { deliveryHeaders } from '../../src/signing/webhook-signature.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 interface Received {
   method: string | undefined;
@@ -230,8 +231,8 @@ const INVALID_OPTIONS = Object.freeze([
   { timeoutMs: 0 },
   { timeoutMs: Number.NaN },
   { maxResponseBytes: -1 },
-  { connectionsPerOrigin: 0 },
-  { connectionsPerOrigin: 1.5 },
+  { maxInFlight: 0 },
+  { maxInFlight: 1.5 },
 ] as const);
 
 for (const options of INVALID_OPTIONS) {
@@ -302,4 +303,67 @@ test('classifyError survives a self-referencing cause', (t) => {
   const err = new Error('loop') as Error & { cause?: unknown };
   err.cause = err;
   t.deepEqual(classifyError(err), { ok: false, reason: 'connection', error: 'Error: loop' });
+});
+
+test('requests waiting for a place of a hanging endpoint are not sent and do not time out', async (t) => {
+  const rx = await receiver(t, (req, res) => {
+    if (req.url === '/slow') setTimeout(() => res.writeHead(200).end(), 900);
+    else res.writeHead(200).end();
+  });
+  const c = client(t, { timeoutMs: 600, maxInFlight: 2 });
+  const slow = Array.from({ length: 6 }, () => c.post(rx.url('/slow'), BODY, JSON_HEADERS));
+  // the same origin's other path is another endpoint: not queued behind /slow
+  const ok = await c.post(rx.url('/ok'), BODY, JSON_HEADERS);
+  t.deepEqual(ok.outcome, { ok: true, statusCode: 200 });
+  t.deepEqual(c.inFlight(rx.url('/slow')), { sent: 2, waiting: 4 });
+  t.is(rx.requests.filter((r) => r.path === '/slow').length, 2, 'only the places held were sent');
+  const results = await Promise.all(slow);
+  // each one that was sent timed out on its own deadline; none failed while waiting unsent
+  t.true(results.every((r) => r.outcome.ok === false && r.outcome.reason === 'timeout'));
+  t.true(results.every((r) => r.sentAt !== undefined));
+  t.is(rx.requests.filter((r) => r.path === '/slow').length, 6);
+  // the places come back once undici is done with the aborted requests
+  await waitUntil(() => c.inFlight(rx.url('/slow')).sent === 0, 'the places given back');
+  t.deepEqual(c.inFlight(rx.url('/slow')), { sent: 0, waiting: 0 });
+});
+
+test('the attempt keeps the Content-Type, Retry-After and the first 2 KB of the body', async (t) => {
+  const text = `${'é'.repeat(1500)}tail`;
+  const rx = await receiver(t, (_req, res) =>
+    res.writeHead(429, { 'content-type': 'text/html; charset=utf-8', 'retry-after': '7' }).end(text),
+  );
+  const result = await client(t).post(rx.url(), BODY, JSON_HEADERS);
+  t.deepEqual(result.outcome, { ok: false, reason: 'http_status', statusCode: 429 });
+  t.is(result.response?.contentType, 'text/html; charset=utf-8');
+  t.is(result.response?.retryAfter, '7');
+  // 2048 bytes of two-byte characters: 1024 of them, nothing past the bound
+  t.is(result.response?.body, 'é'.repeat(1024));
+  t.true(result.sentAt instanceof Date);
+});
+
+test('a timeout keeps no response', async (t) => {
+  const rx = await receiver(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    res.flushHeaders();
+  });
+  const result = await client(t, { timeoutMs: 300 }).post(rx.url(), BODY, JSON_HEADERS);
+  t.like(result.outcome, { ok: false, reason: 'timeout' });
+  t.is(result.response, undefined);
+});
+
+test('a request that is no longer wanted once it holds its place is not sent', async (t) => {
+  const rx = await receiver(t, (_req, res) => setTimeout(() => res.writeHead(200).end(), 300));
+  const c = client(t, { maxInFlight: 1 });
+  let asked = 0;
+  const first = c.post(rx.url(), BODY, JSON_HEADERS, async () => ++asked > 0);
+  // asked only once it holds the place, after the first is done
+  const second = c.post(rx.url(), BODY, JSON_HEADERS, async () => {
+    asked++;
+    return false;
+  });
+  t.deepEqual((await first)?.outcome, { ok: true, statusCode: 200 });
+  t.is(await second, undefined);
+  t.is(asked, 2);
+  t.is(rx.requests.length, 1);
+  await waitUntil(() => c.inFlight(rx.url()).sent === 0, 'the place given back');
 });
