@@ -83,9 +83,11 @@ export const OUTAGE = Object.freeze({
   warmUp: 200,
   /**
    * RETRY_DELAYS' first delay: max(60 s, the backlog's estimated build time (at half the fresh
-   * rate: a first attempt that fails also parks) x 1.5 + twice what step 1 took + 60 s)
+   * rate: a first attempt that fails also parks) x 1.5 + twice what step 1 took + 120 s: step 3's
+   * reads may be slower with the backlog, the mongodb profile's by seconds each)
    */
   minDelayMs: 60_000,
+  delayMarginMs: 120_000,
   /** the API: requests per endpoint, one at a time; a request given up after 10 s, an endpoint after 3 of those or 20 s */
   requests: 200,
   requestTimeoutMs: 10_000,
@@ -135,6 +137,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.
 
 export async function outagePart(h: OutageHarness): Promise<Record<string, unknown>> {
   const cases: Record<string, unknown> = {};
+  // the code that runs is the one loaded now, whatever is edited or committed during a long run
+  const measured = commit();
   for (const backend of OUTAGE.backends)
     await h.withDatabase(backend, async (database) => {
       const plan: Array<[Profile, number]> = [
@@ -143,7 +147,7 @@ export async function outagePart(h: OutageHarness): Promise<Record<string, unkno
       ];
       for (const [profile, size] of plan) {
         const key = `${backend} ${profile} ${size}`;
-        cases[key] = await outageCase(h, database, backend, profile, size).catch((err: Error) => {
+        cases[key] = await outageCase(h, database, backend, profile, size, measured).catch((err: Error) => {
           h.log(`outage ${key} failed: ${err.stack ?? err.message}`);
           return { backend, profile, backlog: size, error: err.message.replace(/\s+/g, ' ').slice(0, 300) };
         });
@@ -160,6 +164,7 @@ async function outageCase(
   backend: Backend,
   profile: Profile,
   size: number,
+  measured: string,
 ): Promise<Record<string, unknown>> {
   const startedAt = new Date().toISOString();
   const loads = [h.loadAverage()];
@@ -186,7 +191,9 @@ async function outageCase(
     // 2. the backlog, on the service restarted with a retry delay that outlasts it and step 3
     const buildEstimateMs = (size / Math.max(1, noBacklogFresh.deliveredPerSecond / 2)) * 1000;
     const delayMs =
-      Math.ceil(Math.max(OUTAGE.minDelayMs, 1.5 * buildEstimateMs + 2 * stepMs + 60_000) / 1000) * 1000;
+      Math.ceil(
+        Math.max(OUTAGE.minDelayMs, 1.5 * buildEstimateMs + 2 * stepMs + OUTAGE.delayMarginMs) / 1000,
+      ) * 1000;
     running = await h.startBenchService(h.sink, h.workers, {
       database,
       dbName,
@@ -230,7 +237,7 @@ async function outageCase(
       profile,
       backlog: size,
       startedAt,
-      commit: commit(),
+      commit: measured,
       loads,
       retryDelaySeconds: delayMs / 1000,
       noBacklog: { fresh: noBacklogFresh, api: noBacklogApi },
@@ -398,9 +405,10 @@ async function api(h: OutageHarness, running: RunningService): Promise<EndpointF
   };
   // by id: the newest messages and those waiting for a retry (parked, on the FerretDB profile)
   const ids = [...new Set([...(await page('limit=200')), ...(await page('state=failed&limit=200'))])];
-  // the cursor: walked to 10,000 deep, a page of 1,000 at a time
+  // the cursor: walked to 10,000 deep, a page of 1,000 at a time (given up when that is slow)
   const walked: string[] = [];
-  while (walked.length <= OUTAGE.cursorDepth) {
+  const walkUntil = now() + 2 * OUTAGE.endpointBudgetMs;
+  while (walked.length <= OUTAGE.cursorDepth && now() < walkUntil) {
     const more = await page(
       `limit=${Math.min(1000, OUTAGE.cursorDepth + 1 - walked.length)}${walked.length ? `&before=${walked.at(-1)}` : ''}`,
     );
@@ -420,7 +428,13 @@ async function api(h: OutageHarness, running: RunningService): Promise<EndpointF
       : { name: 'GET /messages/{id}', skipped: 'no message listed' },
     deep
       ? { name: 'GET /messages?before=<id 10,000 deep>', route: () => `/messages?before=${deep}` }
-      : { name: 'GET /messages?before=<id 10,000 deep>', skipped: `${walked.length} messages` },
+      : {
+          name: 'GET /messages?before=<id 10,000 deep>',
+          skipped:
+            now() < walkUntil
+              ? `${walked.length} messages`
+              : `walked ${walked.length} deep in ${(2 * OUTAGE.endpointBudgetMs) / 1000} s`,
+        },
   ];
   const figures: EndpointFigures[] = [];
   for (const endpoint of endpoints) {
@@ -480,9 +494,11 @@ type Case = {
 };
 
 export function renderOutage(results: Record<string, unknown>): string {
+  // the development default first, the FerretDB profile before production's
+  const order = (c: Case) =>
+    ['sqlite', 'postgresql'].indexOf(c.backend) * 2 + (c.profile === 'mongodb' ? 1 : 0);
   const cases = Object.values(results.outage as Record<string, Case>).sort(
-    (a, b) =>
-      a.backend.localeCompare(b.backend) || b.profile.localeCompare(a.profile) || a.backlog - b.backlog,
+    (a, b) => order(a) - order(b) || a.backlog - b.backlog,
   );
   const cores = os.availableParallelism();
   const load1 = (c: Case) => Math.max(...(c.loads ?? []).map((l) => Number(l.split(' ')[0])));
@@ -491,7 +507,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     x === null || x === undefined || Number.isNaN(x) ? '-' : x;
   const yes = (met: boolean) => (met ? 'yes' : 'no');
   const lines = [
-    `Each case on a database of its own (its FerretDB one per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
+    `Each case on a database of its own (one FerretDB per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
     `fresh messages to a healthy route and the API), then the service restarted with RETRY_DELAYS (first delay below) and N`,
     `messages to a route whose receiver answers 503 until the gauge counts each waiting for its retry; then the same fresh`,
     'mail and API with the backlog waiting; then the receiver answers 200 and the backlog drains as its retries come due.',
@@ -514,7 +530,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16)} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${yes(c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${yes(c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${yes(c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${yes(c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} |`,
     );
   }
   lines.push(
