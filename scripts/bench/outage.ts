@@ -505,7 +505,8 @@ export function renderOutage(results: Record<string, unknown>): string {
   const loaded = cases.filter((c) => !c.error && load1(c) > cores);
   const shown = (x: number | null | undefined) =>
     x === null || x === undefined || Number.isNaN(x) ? '-' : x;
-  const yes = (met: boolean) => (met ? 'yes' : 'no');
+  // the mongodb profile's figures on FerretDB are figures, not targets (the issue)
+  const verdict = (c: Case, met: boolean) => (c.profile === 'mongodb' ? '(figure)' : met ? 'yes' : 'no');
   const lines = [
     `Each case on a database of its own (one FerretDB per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
     `fresh messages to a healthy route and the API), then the service restarted with RETRY_DELAYS (first delay below) and N`,
@@ -530,13 +531,14 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${yes(c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${yes(c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} |`,
     );
   }
   lines.push(
     '',
     `The API, one request at a time, up to ${OUTAGE.requests} per endpoint (a request given up after ${OUTAGE.requestTimeoutMs / 1000} s, an endpoint after ${OUTAGE.maxTimeouts} of those or ${OUTAGE.endpointBudgetMs / 1000} s);`,
-    'by id: random ids of the newest 200 and of 200 waiting for a retry. Target p99 < 50 ms with the backlog.',
+    'by id: random ids of the newest 200 and of 200 waiting for a retry. Target p99 < 50 ms with the backlog (the FerretDB',
+    "profile; the mongodb profile's are figures: on FerretDB its every filter reads whole collections).",
     '',
     '| backend | profile | backlog | endpoint | p50 / p99 ms no backlog | p50 / p99 ms with backlog | requests, timeouts, errors with backlog | met |',
     '|---|---|---|---|---|---|---|---|',
@@ -552,7 +554,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     for (const e of c.withBacklog.api) {
       const before = c.noBacklog.api.find((x) => x.endpoint === e.endpoint);
       lines.push(
-        `| ${c.backend} | ${c.profile} | ${c.backlog} | ${e.endpoint} | ${pair(before)} | ${pair(e)} | ${e.skipped ? '-' : `${e.requests}, ${e.timeouts}, ${e.errors}`} | ${e.skipped ? '-' : yes(e.met === true)} |`,
+        `| ${c.backend} | ${c.profile} | ${c.backlog} | ${e.endpoint} | ${pair(before)} | ${pair(e)} | ${e.skipped ? '-' : `${e.requests}, ${e.timeouts}, ${e.errors}`} | ${e.skipped ? '-' : verdict(c, e.met === true)} |`,
       );
     }
   }
