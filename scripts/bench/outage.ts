@@ -27,6 +27,7 @@ import type {
   SmtpSourceLoad,
 } from '../bench.ts';
 import { BENCH_DOMAIN } from './mix.ts';
+import { cpuSeconds } from './proc.ts';
 import { now } from './smtp-load.ts';
 
 /** What this part uses of scripts/bench.ts (which runs on import, so it hands them over). */
@@ -220,12 +221,16 @@ async function outageCase(
     const lastDueAt = build.lastFailedAt + delayMs;
     const early = (await down.count()).count;
     await sleep(firstDueAt - now());
+    // how busy the service and the database were: a drain held back by round trips in a row
+    // leaves them idle, one held back by work keeps them busy
+    const busy = busyMeter({ service: running.pids, database: database.pids });
     await h.awaitDeliveries(
       down,
       build.failed,
       OUTAGE.quietMs,
       Math.max(0, lastDueAt - now()) + 600_000 + build.failed * 20,
     );
+    const busyCores = busy();
     const arrivals = await down.take();
     loads.push(h.loadAverage());
     const drain = drainFigures(arrivals, build.failed, firstDueAt, lastDueAt);
@@ -249,6 +254,7 @@ async function outageCase(
         // retries due before step 3 ended: its figures then had part of the drain in them
         dueBeforeStep3Ended: firstDueAt < stepEnded,
         deliveredBeforeStep3Ended: early,
+        busyCores,
       },
       drainRatio: ratio(drain.perSecond, noBacklogFresh.deliveredPerSecond),
     };
@@ -355,6 +361,26 @@ async function buildBacklog(h: OutageHarness, running: RunningService, down: Sin
     /** the gauge when the wait ended, and how long after the last 503 it counted them all */
     retriesScheduled: waiting,
     countedAfterSeconds: round((now() - counted.lastRefusedAt) / 1000),
+  };
+}
+
+/**
+ * CPU seconds per second of each group of processes from now until the returned function is
+ * called: cores kept busy (with PostgreSQL, every PostgreSQL process on the machine).
+ */
+function busyMeter(groups: Record<string, () => number[]>): () => Record<string, number> {
+  const started = now();
+  const before = Object.entries(groups).map(
+    ([name, pids]) => [name, pids, new Map(pids().map((pid) => [pid, cpuSeconds(pid)]))] as const,
+  );
+  return () => {
+    const seconds = (now() - started) / 1000;
+    return Object.fromEntries(
+      before.map(([name, pids, at]) => [
+        name,
+        round(pids().reduce((sum, pid) => sum + cpuSeconds(pid) - (at.get(pid) ?? 0), 0) / seconds, 2),
+      ]),
+    );
   };
 }
 
@@ -489,6 +515,8 @@ type Case = {
   drain: ReturnType<typeof drainFigures> & {
     dueBeforeStep3Ended: boolean;
     deliveredBeforeStep3Ended: number;
+    /** absent in the first runs' figures */
+    busyCores?: Record<string, number>;
   };
   drainRatio: number;
 };
@@ -520,18 +548,18 @@ export function renderOutage(results: Record<string, unknown>): string {
       ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (other engineers' work); the ratios compare figures of the same case, minutes apart, but are noisy. Rerun on a quiet machine.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
     '',
-    '| backend | profile | backlog | at (commit) | load 1 min, each step | first retry delay s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | tail: waiting at last due, s after, msg/s |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| backend | profile | backlog | at (commit) | load 1 min, each step | first retry delay s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | tail: waiting at last due, s after, msg/s | cores busy in the drain: service, database |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const c of cases) {
     if (c.error) {
-      lines.push(`| ${c.backend} | ${c.profile} | ${c.backlog} | failed: ${c.error} | | | | | | | | | | |`);
+      lines.push(`| ${c.backend} | ${c.profile} | ${c.backlog} | failed: ${c.error} | | | | | | | | | | | |`);
       continue;
     }
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} |`,
     );
   }
   lines.push(
