@@ -228,7 +228,8 @@ async function outageCase(
       down,
       build.failed,
       OUTAGE.quietMs,
-      Math.max(0, lastDueAt - now()) + 600_000 + build.failed * 20,
+      // down to 10 msg/s (the drain went at 8-25 under load); a stall ends it after quietMs
+      Math.max(0, lastDueAt - now()) + 600_000 + build.failed * 100,
     );
     const busyCores = busy();
     const arrivals = await down.take();
