@@ -25,6 +25,7 @@ import { answers, freePort } from '../src/util/ports.ts';
 import { endpointsPart } from './bench/endpoints.ts';
 import { memoryLargePart } from './bench/memory-large.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
+import { type OutageHarness, outagePart, renderOutage } from './bench/outage.ts';
 import {
   childrenOf,
   commandLine,
@@ -46,7 +47,8 @@ const SHARED_DATABASE_PARTS = ['matrix', 'smtp-source', 'latency', 'scaling', 'm
 /**
  * BENCH_PARTS=matrix,latency,... runs only those parts. The figures section is written only when
  * all of SHARED_DATABASE_PARTS ran; e2e and history (each on databases of its own) write their own
- * sections whenever they run at full scale.
+ * sections whenever they run at full scale. `outage` (issue 29, hours at its full sizes) runs only
+ * when named, and writes its section whenever it runs.
  */
 const PARTS = new Set(
   (process.env.BENCH_PARTS ?? [...SHARED_DATABASE_PARTS, 'e2e', 'history'].join(','))
@@ -136,7 +138,7 @@ const HISTORY_TARGETS = Object.freeze({
 
 // ---------- the parts: Postfix's tools, the database, the sink, the service ----------
 
-interface PostfixTools {
+export interface PostfixTools {
   source: string;
   sink: string;
   env: NodeJS.ProcessEnv;
@@ -165,9 +167,18 @@ function postfixTools(): PostfixTools {
   };
 }
 
-interface Sink {
+export interface Sink {
   port: number;
-  count(): Promise<{ count: number; lastArrivalAt: number }>;
+  /** arrivals answered 200, and the requests refused while told another status (setStatus) */
+  count(): Promise<{
+    count: number;
+    lastArrivalAt: number;
+    refused: number;
+    firstRefusedAt: number;
+    lastRefusedAt: number;
+  }>;
+  /** answers every request with this status from now on: 200 delivers, anything else refuses */
+  setStatus(status: number): Promise<void>;
   take(): Promise<Arrival[]>;
   pid: number;
   stop(): void;
@@ -194,6 +205,9 @@ async function startSink(): Promise<Sink> {
     port,
     pid: child.pid!,
     count: () => ask(child, { type: 'count' }, 'count'),
+    setStatus: async (status) => {
+      await ask(child, { type: 'status', status }, 'status');
+    },
     take: async () => (await ask<{ arrivals: Arrival[] }>(child, { type: 'take' }, 'arrivals')).arrivals,
     stop: () => child.kill(),
   };
@@ -212,14 +226,14 @@ function runLoad(command: LoadCommand, onIdle?: (greeted: number) => void): Prom
   });
 }
 
-interface RunningService {
+export interface RunningService {
   service: ServiceProcess;
   statsFile: string;
   pids(): number[];
 }
 
 /** A database server the bench started: its URI (no database name) and what its CPU is. */
-interface BenchDatabase {
+export interface BenchDatabase {
   uri: string;
   backend: 'sqlite' | 'postgresql' | 'other';
   pid(): number | undefined;
@@ -271,18 +285,20 @@ async function withDatabase<T>(
   }
 }
 
-interface ServiceTarget {
+export interface ServiceTarget {
   /** the server; the shared parts' database by default */
   database?: BenchDatabase;
   /** an existing database on it (seeded, say); a fresh one by default */
   dbName?: string;
+  /** more settings for the service (RETRY_DELAYS, STORAGE_PROFILE, ...) */
+  env?: Record<string, string>;
 }
 
 /** The service in production mode on a database of its own, with the bench domain routed to the sink. */
 async function startBenchService(
   sink: Sink,
   workers: number,
-  { database = mainDatabase!, dbName }: ServiceTarget = {},
+  { database = mainDatabase!, dbName, env }: ServiceTarget = {},
 ): Promise<RunningService> {
   const name = dbName ?? `bench_${process.pid}_${++runCounter}`;
   const statsFile = path.join(os.tmpdir(), `mailroute-bench-stats-${process.pid}-${runCounter}.jsonl`);
@@ -303,6 +319,7 @@ async function startBenchService(
       ...(process.env.BENCH_SERVICE_NODE_OPTIONS
         ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }
         : {}),
+      ...env,
     },
     // the primary creates the indexes before it is ready: minutes over a large history on FerretDB
     timeoutMs: 300_000,
@@ -616,20 +633,24 @@ function sumCommands(stats: readonly ProcessStats[]): { byName: Record<string, n
   return { byName, total: Object.values(byName).reduce((a, b) => a + b, 0) };
 }
 
-interface SmtpSourceLoad {
+export interface SmtpSourceLoad {
   sessions: number;
   total: number;
   /** -d: all of a session's messages over one connection */
   persistent: boolean;
   /** -l: smtp-source's own generated message of this many bytes; default our 3 KB text message (-F) */
   bytes?: number;
+  /** the recipients' domain; default the bench domain */
+  domain?: string;
+  /** smtp-source is killed after this long; default 10 minutes */
+  timeoutMs?: number;
 }
 
 /** smtp-source's own load (-N numbered recipients) against a port. */
 async function runSmtpSource(
   tools: PostfixTools,
   port: number,
-  { sessions, total, persistent, bytes }: SmtpSourceLoad,
+  { sessions, total, persistent, bytes, domain = BENCH_DOMAIN, timeoutMs = 600_000 }: SmtpSourceLoad,
 ): Promise<{ startedAt: number; seconds: number; ok: boolean; error?: string }> {
   const file = path.join(os.tmpdir(), 'mailroute-bench-smtp-source.eml');
   const message = new MessageMix().message(0, 'text');
@@ -638,7 +659,7 @@ async function runSmtpSource(
     message.data
       .toString('latin1')
       .replace(/^Subject: .*$/m, 'Subject: smtp-source load')
-      .replace(/^To: .*$/m, `To: u@${BENCH_DOMAIN}`),
+      .replace(/^To: .*$/m, `To: u@${domain}`),
   );
   const started = now();
   const run = spawnSync(
@@ -654,10 +675,10 @@ async function runSmtpSource(
       '-f',
       'load@sender.example',
       '-t',
-      `u@${BENCH_DOMAIN}`,
+      `u@${domain}`,
       `127.0.0.1:${port}`,
     ],
-    { env: tools.env, encoding: 'utf8', timeout: 600_000 },
+    { env: tools.env, encoding: 'utf8', timeout: timeoutMs },
   );
   const seconds = (now() - started) / 1000;
   if (run.status === 0) return { startedAt: started, seconds, ok: true };
@@ -888,6 +909,8 @@ try {
   // 10. a bad endpoint beside a healthy one (issue 30; its own section)
   if (PARTS.has('endpoints'))
     results.endpoints = await endpointsPart(log, { quick: QUICK, write: !QUICK && !ONLY });
+  // 11. a receiver down while a backlog waits, on both of FerretDB's backends (issue 29)
+  if (PARTS.has('outage')) results.outage = await outagePart(outageHarness(workers));
 } finally {
   sink.stop();
   await database?.stop();
@@ -915,6 +938,34 @@ if (!QUICK && !ONLY && results.history)
     ...(kept as Record<string, unknown>),
     ...(fresh as Record<string, unknown>),
   }));
+
+/** What the outage part (scripts/bench/outage.ts) uses of this harness. */
+function outageHarness(workers: number): OutageHarness {
+  return {
+    tools,
+    sink,
+    workers,
+    apiKey: API_KEY,
+    log,
+    startSink,
+    withDatabase,
+    startBenchService,
+    stopBenchService,
+    runSmtpSource,
+    awaitDeliveries,
+    sampleEndpoint,
+    latencies,
+    loadAverage,
+    // after each case (a full run takes hours); a rerun of some cases keeps the others' figures
+    save: (cases) => {
+      if (ONLY) return;
+      updateFigures({ outage: cases }, 'outage', renderOutage, (kept, fresh) => ({
+        ...(kept as Record<string, unknown>),
+        ...(fresh as Record<string, unknown>),
+      }));
+    },
+  };
+}
 
 async function memoryCases(sink: Sink, workers: number): Promise<Record<string, unknown>> {
   const running = await startBenchService(sink, workers);
@@ -1021,7 +1072,7 @@ async function seed(
   }
 }
 
-interface EndpointSample {
+export interface EndpointSample {
   /** latency of each answered request, ms */
   times: number[];
   /** answers other than 200 */
