@@ -18,6 +18,7 @@ import {
   type MessageDoc,
   type ReplayTarget,
 } from '../store/queue.ts';
+import { concurrently } from '../util/concurrently.ts';
 import { AbandonedAcceptances } from './abandoned.ts';
 import { type ActorDeps, MessageActor } from './actor.ts';
 import { type ReplayOutcome, takeForReplay } from './replay.ts';
@@ -37,6 +38,8 @@ const ABANDONED_SWEEP_MS = 1000;
  * their owner's clean-up (every ABANDONED_SWEEP_MS) removes them first.
  */
 const STALE_CONFIRM_MS = 3 * ABANDONED_SWEEP_MS;
+/** claims in flight at once in one poll: each is decided by its own unique lease insert */
+const CLAIMS_AT_ONCE = 16;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
@@ -167,9 +170,9 @@ export class ActorSystem {
     if (capacity <= 0) return;
     const now = new Date();
     const due = await queue.dueForTakeOver(this.options.store, now, Math.min(capacity, 100));
-    for (const candidate of due) {
+    const candidates = due.filter((one) => !this.running.has(one._id) && !this.abandoned.has(one._id));
+    await concurrently(candidates, CLAIMS_AT_ONCE, async (candidate) => {
       if (this.stopping) return;
-      if (this.running.has(candidate._id) || this.abandoned.has(candidate._id)) continue;
       const doc = await queue.takeOver(
         this.options.store,
         candidate._id,
@@ -178,7 +181,7 @@ export class ActorSystem {
         this.options.leaseMs,
         now,
       );
-      if (!doc) continue;
+      if (!doc) return;
       // an owner's lease that expired (a retry that came due has no owner left)
       if (candidate.lease_owner) metrics.leaseTakenOver();
       this.deps.logger.debug(
@@ -186,7 +189,7 @@ export class ActorSystem {
         'claimed',
       );
       this.spawn(doc);
-    }
+    });
   }
 
   /**
@@ -209,27 +212,34 @@ export class ActorSystem {
       const droppable = bucketDroppableAt(name) <= now;
       if (this.settledBuckets.has(name) && !droppable) continue;
       let left = 0;
+      const due: queue.DuePointer[] = [];
       for (const pointer of await queue.readRetryBucket(store, name)) {
-        if (this.stopping || this.running.size >= this.maxActors) return;
         if (handled.has(pointer._id)) continue;
         const id = pointer.message;
-        if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) {
+        if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) left++;
+        else due.push(pointer);
+      }
+      const room = Math.max(0, this.maxActors - this.running.size);
+      left += Math.max(0, due.length - room);
+      await concurrently(due.slice(0, room), CLAIMS_AT_ONCE, async (pointer) => {
+        if (this.stopping) {
           left++;
-          continue;
+          return;
         }
         const claim = await queue.claim(store, pointer, this.owner, this.options.leaseMs);
         if (claim.outcome === 'held') {
           left++;
-          continue;
+          return;
         }
         handled.add(pointer._id);
-        if (claim.outcome !== 'claimed') continue;
+        if (claim.outcome !== 'claimed') return;
         this.deps.logger.debug(
           { event: EVENTS.leaseTakenOver, message: claim.doc._id, epoch: claim.doc.lease_epoch },
           'claimed a parked message',
         );
         this.spawn(claim.doc);
-      }
+      });
+      if (this.stopping) return;
       if (left > 0 || !complete) {
         this.settledBuckets.delete(name);
       } else if (droppable) {
