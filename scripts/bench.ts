@@ -23,6 +23,15 @@ import type { ProcessStats } from '../src/service/process-stats.ts';
 import { openStore } from '../src/store/mongo.ts';
 import { answers, freePort } from '../src/util/ports.ts';
 import { endpointsPart } from './bench/endpoints.ts';
+import type {
+  BenchDatabase,
+  EndpointSample,
+  PostfixTools,
+  RunningService,
+  ServiceTarget,
+  Sink,
+  SmtpSourceLoad,
+} from './bench/harness-types.ts';
 import { memoryLargePart } from './bench/memory-large.ts';
 import { BENCH_DOMAIN, type MessageClass, MessageMix, MIX } from './bench/mix.ts';
 import { type OutageHarness, outagePart, renderOutage } from './bench/outage.ts';
@@ -37,7 +46,7 @@ import {
 import { seedHistory } from './bench/seed.ts';
 import { type LoadCommand, type LoadResult, now } from './bench/smtp-load.ts';
 import type { Arrival } from './bench/webhook-sink.ts';
-import { type ServiceProcess, startService } from './service-process.ts';
+import { startService } from './service-process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const QUICK = process.env.BENCH_SCALE === 'quick';
@@ -138,13 +147,6 @@ const HISTORY_TARGETS = Object.freeze({
 
 // ---------- the parts: Postfix's tools, the database, the sink, the service ----------
 
-export interface PostfixTools {
-  source: string;
-  sink: string;
-  env: NodeJS.ProcessEnv;
-  version: string;
-}
-
 /** smtp-source and smtp-sink from Debian's postfix package, unpacked (the MTA is not installed). */
 function postfixTools(): PostfixTools {
   const dir = path.join(os.homedir(), '.cache', 'postfix');
@@ -165,23 +167,6 @@ function postfixTools(): PostfixTools {
     env: { ...process.env, LD_LIBRARY_PATH: path.join(unpacked, 'usr/lib/postfix') },
     version: deb.replace(/^postfix_/, '').replace(/_amd64\.deb$/, ''),
   };
-}
-
-export interface Sink {
-  port: number;
-  /** arrivals answered 200, and the requests refused while told another status (setStatus) */
-  count(): Promise<{
-    count: number;
-    lastArrivalAt: number;
-    refused: number;
-    firstRefusedAt: number;
-    lastRefusedAt: number;
-  }>;
-  /** answers every request with this status from now on: 200 delivers, anything else refuses */
-  setStatus(status: number): Promise<void>;
-  take(): Promise<Arrival[]>;
-  pid: number;
-  stop(): void;
 }
 
 function ask<T>(child: ChildProcess, request: object, answer: string): Promise<T> {
@@ -226,21 +211,6 @@ function runLoad(command: LoadCommand, onIdle?: (greeted: number) => void): Prom
   });
 }
 
-export interface RunningService {
-  service: ServiceProcess;
-  statsFile: string;
-  pids(): number[];
-}
-
-/** A database server the bench started: its URI (no database name) and what its CPU is. */
-export interface BenchDatabase {
-  uri: string;
-  backend: 'sqlite' | 'postgresql' | 'other';
-  pid(): number | undefined;
-  /** the server's processes: FerretDB, and with PostgreSQL every PostgreSQL process on the machine */
-  pids(): number[];
-}
-
 /** The shared parts' database (FerretDB over PostgreSQL when one answers), started in main. */
 let mainDatabase: BenchDatabase | undefined;
 let runCounter = 0;
@@ -283,15 +253,6 @@ async function withDatabase<T>(
     await server.stop();
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-export interface ServiceTarget {
-  /** the server; the shared parts' database by default */
-  database?: BenchDatabase;
-  /** an existing database on it (seeded, say); a fresh one by default */
-  dbName?: string;
-  /** more settings for the service (RETRY_DELAYS, STORAGE_PROFILE, ...) */
-  env?: Record<string, string>;
 }
 
 /** The service in production mode on a database of its own, with the bench domain routed to the sink. */
@@ -631,19 +592,6 @@ function sumCommands(stats: readonly ProcessStats[]): { byName: Record<string, n
   for (const one of stats)
     for (const [name, count] of Object.entries(one.commands)) byName[name] = (byName[name] ?? 0) + count;
   return { byName, total: Object.values(byName).reduce((a, b) => a + b, 0) };
-}
-
-export interface SmtpSourceLoad {
-  sessions: number;
-  total: number;
-  /** -d: all of a session's messages over one connection */
-  persistent: boolean;
-  /** -l: smtp-source's own generated message of this many bytes; default our 3 KB text message (-F) */
-  bytes?: number;
-  /** the recipients' domain; default the bench domain */
-  domain?: string;
-  /** smtp-source is killed after this long; default 10 minutes */
-  timeoutMs?: number;
 }
 
 /** smtp-source's own load (-N numbered recipients) against a port. */
@@ -1070,17 +1018,6 @@ async function seed(
   } finally {
     await store.close();
   }
-}
-
-export interface EndpointSample {
-  /** latency of each answered request, ms */
-  times: number[];
-  /** answers other than 200 */
-  errors: number;
-  /** requests given up after `timeoutMs` */
-  timeouts: number;
-  /** the first answer that was not a 200: `<status> <body>` */
-  firstError?: string;
 }
 
 /**

@@ -25,7 +25,7 @@ import type {
   ServiceTarget,
   Sink,
   SmtpSourceLoad,
-} from '../bench.ts';
+} from './harness-types.ts';
 import { BENCH_DOMAIN } from './mix.ts';
 import { cpuSeconds } from './proc.ts';
 import { now } from './smtp-load.ts';
