@@ -200,23 +200,9 @@ export function decideRetryStart(
   retrying: ReadonlySet<string>,
   at: Date,
 ): Change {
-  const history: Change['history'] = [];
-  const deliveries = doc.deliveries.map((d) => {
-    if (!retrying.has(d.id)) return d;
-    const step = deliveryStep(d.state, 'retry_started', d.id, at);
-    history.push(step.entry);
-    return { ...d, state: step.state };
-  });
-  return {
-    set: {
-      deliveries,
-      state: messageStateOf(
-        doc.state,
-        deliveries.map((d) => d.state),
-      ),
-    },
-    history,
-  };
+  return stepDeliveries(doc, (d) =>
+    retrying.has(d.id) ? { step: deliveryStep(d.state, 'retry_started', d.id, at) } : undefined,
+  );
 }
 
 /**
@@ -228,30 +214,13 @@ export function decideEndpointWait(
   waits: ReadonlyMap<string, Date>,
   at: Date,
 ): Change {
-  const history: Change['history'] = [];
-  const deliveries = doc.deliveries.map((d) => {
+  return stepDeliveries(doc, (d) => {
     const until = waits.get(d.id);
-    if (!until) return d;
-    const step = deliveryStep(
-      d.state,
-      'endpoint_paused',
-      d.id,
-      at,
-      `endpoint paused: waiting until ${until.toISOString()}, no attempt spent`,
-    );
-    history.push(step.entry);
-    return { ...d, state: step.state, next_attempt_at: until };
+    if (!until) return undefined;
+    const detail = `endpoint paused: waiting until ${until.toISOString()}, no attempt spent`;
+    const step = deliveryStep(d.state, 'endpoint_paused', d.id, at, detail);
+    return { step, fields: { next_attempt_at: until } };
   });
-  return {
-    set: {
-      deliveries,
-      state: messageStateOf(
-        doc.state,
-        deliveries.map((d) => d.state),
-      ),
-    },
-    history,
-  };
 }
 
 /** An operator's replay: back to queued, counters reset, for a new round of attempts. */
@@ -377,5 +346,34 @@ function attemptRecord(delivery: string, result: AttemptResult, at: Date): Attem
     ...(response?.contentType !== undefined ? { content_type: storable(response.contentType) } : {}),
     ...(response?.retryAfter !== undefined ? { retry_after: storable(response.retryAfter) } : {}),
     ...(response?.body !== undefined ? { response_body: storable(response.body) } : {}),
+  };
+}
+
+/**
+ * The deliveries `step` moves (undefined: left as they are), with their history entries and the
+ * message's state that follows from them: one write.
+ */
+function stepDeliveries(
+  doc: Pick<MessageDoc, 'state' | 'deliveries'>,
+  step: (
+    d: DeliveryDoc,
+  ) => { step: ReturnType<typeof deliveryStep>; fields?: Partial<DeliveryDoc> } | undefined,
+): Change {
+  const history: Change['history'] = [];
+  const deliveries = doc.deliveries.map((d) => {
+    const moved = step(d);
+    if (!moved) return d;
+    history.push(moved.step.entry);
+    return { ...d, ...moved.fields, state: moved.step.state };
+  });
+  return {
+    set: {
+      deliveries,
+      state: messageStateOf(
+        doc.state,
+        deliveries.map((d) => d.state),
+      ),
+    },
+    history,
   };
 }
