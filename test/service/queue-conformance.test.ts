@@ -82,7 +82,9 @@ for (const profile of PROFILES) {
 
     // released until a retry is due (a parse pool failure: still queued)
     const owned = new OwnedMessage(store, doc, intake);
-    const dueAt = new Date(Date.now() + 1500);
+    // far enough that the parking (its record batch lingers 400 ms) and the reads below end before
+    // it under a loaded CI: at 1.5 s a slow run found it due already when it checked "not before"
+    const dueAt = new Date(Date.now() + 8000);
     await owned.write({ set: { parse_failures: 1, due_at: dueAt }, unset: ['lease_owner'] });
     const waiting = await store.messages.findOne({ _id: doc._id });
     if (store.profile.parkRetries) {
