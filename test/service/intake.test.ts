@@ -73,6 +73,14 @@ test('a message whose delivery is retried is taken up again at the next epoch, o
   // and claimed once its time had come
   t.truthy(await store.leases.findOne({ _id: `${id}:2` }), 'by its lease document');
   t.is(new Set(receiver.requests.map((r) => r.headers['webhook-id'])).size, 1, 'one delivery, retried');
+  // final: out of the working set (removed after its record is stored, which is what the API shows)
+  await waitUntil(
+    async () => (await store.messages.findOne({ _id: id })) === null,
+    'the working copy removed',
+    {
+      timeoutMs: 10_000,
+    },
+  );
   t.is(await store.messages.findOne({ _id: id }), null, 'final: out of the working set');
 });
 
