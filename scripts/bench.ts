@@ -190,8 +190,8 @@ async function startSink(): Promise<Sink> {
     port,
     pid: child.pid!,
     count: () => ask(child, { type: 'count' }, 'count'),
-    setStatus: async (status) => {
-      await ask(child, { type: 'status', status }, 'status');
+    setStatus: async (status, retryAfter) => {
+      await ask(child, { type: 'status', status, retryAfter }, 'status');
     },
     take: async () => (await ask<{ arrivals: Arrival[] }>(child, { type: 'take' }, 'arrivals')).arrivals,
     stop: () => child.kill(),

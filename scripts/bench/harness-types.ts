@@ -56,7 +56,8 @@ export interface Sink {
     lastRefusedAt: number;
   }>;
   /** answers every request with this status from now on: 200 delivers, anything else refuses */
-  setStatus(status: number): Promise<void>;
+  /** answer `status` from now on (200: take arrivals), with this Retry-After when given */
+  setStatus(status: number, retryAfter?: string): Promise<void>;
   take(): Promise<Arrival[]>;
   pid: number;
   stop(): void;

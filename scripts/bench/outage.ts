@@ -3,16 +3,15 @@
 // and FerretDB over PostgreSQL), each storage profile and each backlog size, on a database of its
 // own, in one run:
 //   1. no backlog: a warm-up, then fresh mail to a healthy route (its delivered rate) and the API;
-//   2. the service restarted with RETRY_DELAYS long enough that no retry comes due before step 3
-//      has ended; N messages to a route whose receiver answers 503, until each has failed its
+//   2. the service restarted with RETRY_JITTER=0%; N messages to a route whose receiver answers 503
+//      with a Retry-After naming one moment, after step 3 has ended, until each has failed its
 //      first attempt and is counted as waiting (the `mailroute_retries_scheduled` gauge);
 //   3. with the backlog waiting: the same fresh mail and the same API reads;
 //   4. the drain: the receiver answers 200 again (from the end of step 2: no retry is due before
-//      step 3 has ended, so nothing reaches it meanwhile), and the backlog is delivered as its
-//      retries come due: messages per second from the first retry due to the last delivery.
-// The retries come due as spread as their first attempts failed, so the build rate is reported
-// beside the drain rate, with the tail (what was due but not yet delivered when the last retry
-// came due, and how fast that went).
+//      step 3 has ended, so nothing reaches it meanwhile), and the whole backlog comes due at that
+//      moment: messages per second from it to the last delivery, the service's own pace. (With
+//      RETRY_DELAYS alone the retries came due as spread as the first attempts failed, and their
+//      ±10 % jitter spread them over a fifth of the delay more: the drain measured that spread.)
 import { spawnSync } from 'node:child_process';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -200,10 +199,14 @@ async function outageCase(
     running = await h.startBenchService(h.sink, h.workers, {
       database,
       dbName,
-      // a retry that fails again (none should) waits an hour: it shows as not drained
-      env: { ...env, RETRY_DELAYS: `${delayMs / 1000}s,1h` },
+      // the Retry-After decides (the schedule's own first retry, 30 s after the failure, comes
+      // before it); a retry that fails again (none should) waits an hour: it shows as not drained
+      env: { ...env, RETRY_DELAYS: '30s,1h', RETRY_JITTER: '0%' },
     });
     await freshMail(h, running, OUTAGE.warmUp);
+    // HTTP dates name whole seconds
+    const dueAt = Math.ceil((now() + delayMs) / 1000) * 1000;
+    await down.setStatus(503, new Date(dueAt).toUTCString());
     const build = await buildBacklog(h, running, down, size);
     // nothing is due before step 3 has ended: the receiver may answer again from now on
     await down.setStatus(200);
@@ -218,9 +221,9 @@ async function outageCase(
     const stepEnded = now();
     loads.push(h.loadAverage());
 
-    // 4. the drain, from the first retry due
-    const firstDueAt = build.firstFailedAt + delayMs;
-    const lastDueAt = build.lastFailedAt + delayMs;
+    // 4. the drain, from the moment every retry is due
+    const firstDueAt = dueAt;
+    const lastDueAt = dueAt;
     const early = (await down.count()).count;
     await sleep(firstDueAt - now());
     // how busy the service and the database were: a drain held back by round trips in a row
@@ -540,18 +543,18 @@ export function renderOutage(results: Record<string, unknown>): string {
   const verdict = (c: Case, met: boolean) => (c.profile === 'mongodb' ? '(figure)' : met ? 'yes' : 'no');
   const lines = [
     `Each case on a database of its own (one FerretDB per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
-    `fresh messages to a healthy route and the API), then the service restarted with RETRY_DELAYS (first delay below) and N`,
-    `messages to a route whose receiver answers 503 until the gauge counts each waiting for its retry; then the same fresh`,
-    'mail and API with the backlog waiting; then the receiver answers 200 and the backlog drains as its retries come due.',
-    "Every load is smtp-source's 10 KB message over 16 persistent sessions. Fresh and drain msg/s count each message's first",
-    "delivery; the drain from the first retry due to the last delivery; its retries come due at the build's pace, so the build",
-    'rate is beside it, with the tail: the messages due but not yet delivered when the last retry came due, and their rate.',
+    `fresh messages to a healthy route and the API), then the service restarted with RETRY_JITTER=0% and N messages to a`,
+    "route whose receiver answers 503 with a Retry-After naming one moment (the wait below, from the build's start) until",
+    'the gauge counts each waiting for its retry; then the same fresh mail and API with the backlog waiting; then the receiver',
+    "answers 200 and the whole backlog comes due at that moment. Every load is smtp-source's 10 KB message over 16 persistent",
+    "sessions. Fresh and drain msg/s count each message's first delivery; the drain from the moment it is due to the last",
+    "delivery: the service's own pace, not the spread of the due times.",
     '',
     loaded.length
       ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (other engineers' work); the ratios compare figures of the same case, minutes apart, but are noisy. Rerun on a quiet machine.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
     '',
-    '| backend | profile | backlog | at (commit) | load 1 min, each step | first retry delay s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | tail: waiting at last due, s after, msg/s | cores busy in the drain: service, database |',
+    '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | tail: waiting at last due, s after, msg/s | cores busy in the drain: service, database |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const c of cases) {

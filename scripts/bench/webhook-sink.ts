@@ -2,7 +2,8 @@
 // arrival's time and which message it was (the "bench <seq>" subject of the mix, or the sequence
 // number smtp-source -N puts before each recipient), so the run can count deliveries, duplicates
 // and end-to-end latency. Told a status other than 200 (the outage part: a receiver that is down),
-// it answers that instead and counts the refusals apart, with the times of the first and the last.
+// it answers that instead, with a Retry-After if told one, and counts the refusals apart, with the
+// times of the first and the last.
 import http from 'node:http';
 import { now } from './smtp-load.ts';
 
@@ -15,6 +16,7 @@ const NUMBERED_RECIPIENT = /"rcpt_to":\["(\d+)/;
 let arrivals: Arrival[] = [];
 let lastArrivalAt = 0;
 let status = 200;
+let retryAfter: string | undefined;
 const refusals = { refused: 0, firstRefusedAt: 0, lastRefusedAt: 0 };
 
 const server = http.createServer((req, res) => {
@@ -26,7 +28,12 @@ const server = http.createServer((req, res) => {
       refusals.refused++;
       refusals.firstRefusedAt ||= at;
       refusals.lastRefusedAt = at;
-      res.writeHead(status, { 'content-type': 'text/plain' }).end('down');
+      res
+        .writeHead(status, {
+          'content-type': 'text/plain',
+          ...(retryAfter ? { 'retry-after': retryAfter } : {}),
+        })
+        .end('down');
       return;
     }
     // the subject is near the start of the payload; the envelope is at the end
@@ -50,7 +57,7 @@ process.on('message', (message: { type: string }) => {
   if (message.type === 'count')
     process.send?.({ type: 'count', count: arrivals.length, lastArrivalAt, ...refusals });
   else if (message.type === 'status') {
-    status = (message as { type: string; status: number }).status;
+    ({ status, retryAfter } = message as { type: string; status: number; retryAfter?: string });
     process.send?.({ type: 'status', status });
   } else if (message.type === 'take') {
     process.send?.({ type: 'arrivals', arrivals });

@@ -42,6 +42,7 @@ import {
 import type { EndpointHealth } from './endpoint-health.ts';
 import type { Admission } from './endpoint-policy.ts';
 import { OwnedMessage, OwnershipLost } from './owned-message.ts';
+import { DEFAULT_RETRY_JITTER } from './retry-policy.ts';
 
 export interface ActorDeps {
   store: Store;
@@ -53,6 +54,8 @@ export interface ActorDeps {
   endpoints?: EndpointHealth;
   /** WEBHOOK_RETRY_AFTER_MAX, ms; default 1 h */
   retryAfterMaxMs?: number;
+  /** RETRY_JITTER, a fraction; default DEFAULT_RETRY_JITTER */
+  retryJitter?: number;
   leaseMs: number;
   logger: Logger;
   /** sender authentication and attachment references; absent: neither (all inline, no `auth`) */
@@ -384,6 +387,7 @@ export class MessageActor {
     const policy = {
       delaysMs: this.deps.retryDelays,
       retryAfterMaxMs: this.deps.retryAfterMaxMs ?? DEFAULT_RETRY_AFTER_MAX_MS,
+      jitter: this.deps.retryJitter ?? DEFAULT_RETRY_JITTER,
     };
     await this.persist((doc) => {
       decided = decideAttempt(doc, deliveryId, { result, webhookUrl, random }, policy, new Date(), last);

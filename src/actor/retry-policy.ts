@@ -1,12 +1,12 @@
-// What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS (±10 % jitter, so
-// that deliveries failed together do not come back together), later if the receiver said so with
+// What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS (± RETRY_JITTER,
+// 10 % by default, so that deliveries failed together do not come back together), later if the receiver said so with
 // Retry-After, or the dead letter queue once they are used up. Pure: the actor persists what this
 // decides, and passes the random number in.
 
-export type AfterFailure = { event: 'attempt_failed'; retryAt: Date } | { event: 'retries_exhausted' };
+/** RETRY_JITTER's default: a retry's delay moves up to a tenth either way. */
+export const DEFAULT_RETRY_JITTER = 0.1;
 
-/** How far a scheduled delay may move either way, as a fraction of it. */
-export const RETRY_JITTER = 0.1;
+export type AfterFailure = { event: 'attempt_failed'; retryAt: Date } | { event: 'retries_exhausted' };
 
 /** The retry schedule and how far a receiver may push it. */
 export interface RetryPolicy {
@@ -14,6 +14,8 @@ export interface RetryPolicy {
   delaysMs: readonly number[];
   /** WEBHOOK_RETRY_AFTER_MAX: the longest delay a Retry-After may ask for (0: ignored) */
   retryAfterMaxMs: number;
+  /** RETRY_JITTER: how far a scheduled delay may move either way, as a fraction of it (a Retry-After's only later) */
+  jitter: number;
 }
 
 export interface FailureFacts {
@@ -35,12 +37,12 @@ export function afterFailure(
   const delay = policy.delaysMs[attemptsMade - 1];
   if (delay === undefined) return { event: 'retries_exhausted' };
   const random = Math.min(Math.max(facts.random, 0), 1);
-  const scheduled = delay * (1 - RETRY_JITTER + 2 * RETRY_JITTER * random);
+  const scheduled = delay * (1 - policy.jitter + 2 * policy.jitter * random);
   // the receiver's word is "not before": its jitter only ever adds
   const asked =
     facts.retryAfterMs === undefined || policy.retryAfterMaxMs === 0
       ? 0
-      : Math.min(facts.retryAfterMs, policy.retryAfterMaxMs) * (1 + RETRY_JITTER * random);
+      : Math.min(facts.retryAfterMs, policy.retryAfterMaxMs) * (1 + policy.jitter * random);
   return { event: 'attempt_failed', retryAt: new Date(nowMs + Math.round(Math.max(scheduled, asked))) };
 }
 

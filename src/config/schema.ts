@@ -81,6 +81,16 @@ function size(minBytes: number, maxBytes: number) {
   };
 }
 
+/** A percentage such as `10%` (or `10`), as a fraction. */
+function percent(maxPercent: number) {
+  return (value: string): Parsed<number> => {
+    const match = /^(\d{1,3}(?:\.\d+)?)\s*%?$/.exec(value.trim());
+    const number = match ? Number(match[1]) : Number.NaN;
+    if (!(number >= 0 && number <= maxPercent)) return bad(`must be a percentage from 0% to ${maxPercent}%`);
+    return ok(number / 100);
+  };
+}
+
 function oneOf<T extends string>(choices: readonly T[]) {
   return (value: string): Parsed<T> =>
     (choices as readonly string[]).includes(value)
@@ -225,6 +235,14 @@ export const SETTINGS = Object.freeze({
     description: 'Delays before each webhook retry; the list length is the number of retries',
     parse: durationList(20),
   } satisfies Setting<readonly number[]>,
+  retryJitter: {
+    env: 'RETRY_JITTER',
+    flag: 'retry-jitter',
+    defaultText: '10%',
+    description:
+      "How far each retry's delay moves at random, either way (a Retry-After only later), so that deliveries failed together do not come back together; 0% keeps the schedule exact",
+    parse: percent(50),
+  } satisfies Setting<number>,
   webhookTimeout: {
     env: 'WEBHOOK_TIMEOUT',
     flag: 'webhook-timeout',

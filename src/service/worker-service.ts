@@ -158,6 +158,7 @@ export async function prepareWorkerService({
     directory,
     retryDelays: config.retryDelays,
     retryAfterMaxMs: config.webhookRetryAfterMax,
+    retryJitter: config.retryJitter,
     leaseMs: config.leaseTime,
     logger,
     payload: {

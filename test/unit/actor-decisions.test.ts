@@ -17,7 +17,7 @@ import type { MessageStateName } from '../../src/lifecycle/tables.ts';
 import type { DeliveryDoc, MessageDoc } from '../../src/store/messages.ts';
 
 const AT = new Date('2026-01-01T00:00:00Z');
-const POLICY = { delaysMs: [1000, 2000], retryAfterMaxMs: 60_000 };
+const POLICY = { delaysMs: [1000, 2000], retryAfterMaxMs: 60_000, jitter: 0.1 };
 
 function delivery(id: string, state: DeliveryDoc['state'], more: Partial<DeliveryDoc> = {}): DeliveryDoc {
   return {

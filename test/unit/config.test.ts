@@ -97,6 +97,21 @@ test('RETRY_DELAYS sets the number of retries', (t) => {
   t.deepEqual(result.config.retryDelays, [100, 2000, 60_000]);
 });
 
+test('RETRY_JITTER is a percentage from 0% to 50%, 10% by default', (t) => {
+  const given = (value: string) => {
+    const result = loadConfig([], { RETRY_JITTER: value });
+    return result.ok ? result.config.retryJitter : result.problems.join('; ');
+  };
+  t.is(given('0%'), 0);
+  t.is(given('25'), 0.25);
+  t.is(given('50%'), 0.5);
+  t.regex(String(given('51%')), /must be a percentage from 0% to 50%/);
+  t.regex(String(given('-1%')), /must be a percentage/);
+  t.regex(String(given('lots')), /must be a percentage/);
+  const defaults = loadConfig([], {});
+  t.is(defaults.ok && defaults.config.retryJitter, 0.1);
+});
+
 test('a secret in a bad value is not echoed in full', (t) => {
   const result = loadConfig(['--mongodb-uri', `http://user:${'p'.repeat(60)}@host/`], {});
   t.false(result.ok);

@@ -205,13 +205,15 @@ test('the queue seam has one function per move of the places table, and no move 
 });
 
 test('retry policy: the n-th failure waits the n-th delay; after the last, the dead letter queue', (t) => {
-  const policy = { delaysMs: [60_000, 300_000, 900_000], retryAfterMaxMs: 3_600_000 };
+  const policy = { delaysMs: [60_000, 300_000, 900_000], retryAfterMaxMs: 3_600_000, jitter: 0.1 };
   const now = Date.parse('2026-01-01T00:00:00Z');
   t.deepEqual(afterFailure(1, policy, now), { event: 'attempt_failed', retryAt: new Date(now + 60_000) });
   t.deepEqual(afterFailure(2, policy, now), { event: 'attempt_failed', retryAt: new Date(now + 300_000) });
   t.deepEqual(afterFailure(3, policy, now), { event: 'attempt_failed', retryAt: new Date(now + 900_000) });
   t.deepEqual(afterFailure(4, policy, now), { event: 'retries_exhausted' });
-  t.deepEqual(afterFailure(1, { delaysMs: [], retryAfterMaxMs: 0 }, now), { event: 'retries_exhausted' });
+  t.deepEqual(afterFailure(1, { delaysMs: [], retryAfterMaxMs: 0, jitter: 0.1 }, now), {
+    event: 'retries_exhausted',
+  });
 });
 
 test('parse retries back off exponentially up to a minute', (t) => {

@@ -1,10 +1,10 @@
-// The retry policy's arithmetic: ±10 % jitter around the schedule, and a receiver's Retry-After
+// The retry policy's arithmetic: RETRY_JITTER around the schedule (±10 % by default, 0 to 50 %), and a receiver's Retry-After
 // (seconds or an HTTP date) moving the next attempt later, never earlier, up to a bound.
 import test from 'ava';
-import { afterFailure, RETRY_JITTER, retryAfterDelayMs } from '../../src/actor/retry-policy.ts';
+import { afterFailure, retryAfterDelayMs } from '../../src/actor/retry-policy.ts';
 
 const NOW = Date.parse('2026-03-01T12:00:00Z');
-const POLICY = { delaysMs: [60_000, 300_000], retryAfterMaxMs: 3_600_000 };
+const POLICY = { delaysMs: [60_000, 300_000], retryAfterMaxMs: 3_600_000, jitter: 0.1 };
 
 function delayOf(decision: ReturnType<typeof afterFailure>): number {
   if (decision.event !== 'attempt_failed') throw new Error('no retry');
@@ -20,9 +20,23 @@ for (const [random, expected] of JITTER) {
   test(`jitter: random ${random} puts a 1m retry at ${expected} ms`, (t) => {
     const delay = delayOf(afterFailure(1, POLICY, NOW, { random }));
     t.true(Math.abs(delay - expected) <= 1, `${delay}`);
-    t.true(delay >= 60_000 * (1 - RETRY_JITTER) && delay <= 60_000 * (1 + RETRY_JITTER));
+    t.true(delay >= 60_000 * (1 - POLICY.jitter) && delay <= 60_000 * (1 + POLICY.jitter));
   });
 }
+
+test('RETRY_JITTER 0%: every retry exactly on schedule, or exactly when the Retry-After said', (t) => {
+  const exact = { ...POLICY, jitter: 0 };
+  for (const random of [0, 0.5, 0.999]) {
+    t.is(delayOf(afterFailure(1, exact, NOW, { random })), 60_000);
+    t.is(delayOf(afterFailure(1, exact, NOW, { random, retryAfterMs: 90_000 })), 90_000);
+  }
+});
+
+test('RETRY_JITTER 50%: a 1m retry anywhere from 30 s to 90 s', (t) => {
+  const wide = { ...POLICY, jitter: 0.5 };
+  t.is(delayOf(afterFailure(1, wide, NOW, { random: 0 })), 30_000);
+  t.is(delayOf(afterFailure(1, wide, NOW, { random: 0.999_999 })), 90_000);
+});
 
 const RETRY_AFTER: Array<[string, number | undefined]> = [
   ['7', 7000],
@@ -58,9 +72,9 @@ test('a Retry-After earlier than the schedule (a date in the past) leaves the sc
 });
 
 test('a Retry-After past the bound waits the bound; a bound of 0 ignores it', (t) => {
-  const bounded = { delaysMs: [1000], retryAfterMaxMs: 120_000 };
+  const bounded = { delaysMs: [1000], retryAfterMaxMs: 120_000, jitter: 0.1 };
   t.is(delayOf(afterFailure(1, bounded, NOW, { random: 0, retryAfterMs: 86_400_000 })), 120_000);
-  const ignored = { delaysMs: [1000], retryAfterMaxMs: 0 };
+  const ignored = { delaysMs: [1000], retryAfterMaxMs: 0, jitter: 0.1 };
   t.is(delayOf(afterFailure(1, ignored, NOW, { random: 0.5, retryAfterMs: 86_400_000 })), 1000);
 });
 
