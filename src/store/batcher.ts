@@ -109,7 +109,7 @@ export class Batcher<Op, Result> {
   }
 }
 
-/** A batcher per collection name, for writes spread over the hourly partitions. */
+/** A batcher per collection name, for writes spread over the partitions (by the day, or the hour). */
 export class BatcherPerName<Op, Result> {
   private readonly make: (name: string) => Batcher<Op, Result>;
   private readonly batchers = new Map<string, Batcher<Op, Result>>();
