@@ -57,10 +57,10 @@ const FERRETDB_POOL_MAX_CONNS = FERRETDB_PG_CONNECTIONS + 10;
 /**
  * FerretDB 1.24 sends a lookup by id as `_jsonb->'_id' @> $1`, which the btree index it creates
  * cannot serve: every `{_id: X}` (and every fenced write, which starts with one) scans the table.
- * In a database of our own, an event trigger gives every table FerretDB creates, every
- * partition included, a GIN index on exactly that expression (a scan of 100,000 records,
- * 214 ms, becomes 2.5 ms), and custom plans make statements FerretDB prepared before the index
- * existed use it too. FerretDB does not know the index is there; it goes with its table.
+ * In a database of our own, an event trigger gives every table FerretDB creates, every partition
+ * included, a GIN index on exactly that expression (docs/decisions/0022-id-index-for-our-ferretdb.md),
+ * and custom plans make statements FerretDB prepared before the index existed use it too. FerretDB
+ * does not know the index is there; it goes with its table.
  */
 const ID_INDEXES = [
   `CREATE FUNCTION mailroute_index_id() RETURNS event_trigger LANGUAGE plpgsql AS $$
