@@ -13,7 +13,7 @@ import { Supervisor } from '../src/service/supervisor.ts';
 import { Housekeeping } from '../src/store/housekeeping.ts';
 import { ATTACHMENT_URL_KEY, serviceKey } from '../src/store/keys.ts';
 import { ensureLayout } from '../src/store/layout.ts';
-import { openStore } from '../src/store/mongo.ts';
+import { ensureIndexes, openStore } from '../src/store/mongo.ts';
 import { freePort } from '../src/util/ports.ts';
 
 /** a signal this soon after the first is the same one, delivered twice (npm forwards Ctrl-C) */
@@ -95,11 +95,12 @@ if (database.source !== 'configured') {
   );
 }
 
-// the primary keeps a connection for the history's upkeep (retention, moving records of the
-// earlier layout): one process does it, in the background
+// the primary keeps a connection for the history's upkeep (retention, partitions made ahead): one
+// process does it, in the background. The layout is checked before anything is made in the database.
 try {
-  const store = await openStore({ uri: database.uri, profile: config.storageProfile, ensureIndexes: true });
+  const store = await openStore({ uri: database.uri, profile: config.storageProfile, ensureIndexes: false });
   await ensureLayout(store);
+  await ensureIndexes(store);
   // made once here, like the indexes: the workers only read it
   await serviceKey(store, ATTACHMENT_URL_KEY);
   new Housekeeping({

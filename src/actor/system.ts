@@ -40,6 +40,12 @@ const ABANDONED_SWEEP_MS = 1000;
 const STALE_CONFIRM_MS = 3 * ABANDONED_SWEEP_MS;
 /** claims in flight at once in one poll: each is decided by its own unique lease insert */
 const CLAIMS_AT_ONCE = 16;
+/**
+ * parked messages claimed at once: their writes go to the database together (writes.ts: one lease
+ * insert, one insert into `messages`, one delete and one listing set for many), so the drain of a
+ * backlog goes at the pace of those batches, not of one claim's round trips
+ */
+const PARKED_CLAIMS_AT_ONCE = 128;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
@@ -221,7 +227,7 @@ export class ActorSystem {
       }
       const room = Math.max(0, this.maxActors - this.running.size);
       left += Math.max(0, due.length - room);
-      await concurrently(due.slice(0, room), CLAIMS_AT_ONCE, async (pointer) => {
+      await concurrently(due.slice(0, room), PARKED_CLAIMS_AT_ONCE, async (pointer) => {
         if (this.stopping) {
           left++;
           return;

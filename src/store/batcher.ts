@@ -109,7 +109,7 @@ export class Batcher<Op, Result> {
   }
 }
 
-/** A batcher per collection name, for writes spread over the partitions (by the day, or the hour). */
+/** A batcher per collection name, for writes spread over partitions. */
 export class BatcherPerName<Op, Result> {
   private readonly make: (name: string) => Batcher<Op, Result>;
   private readonly batchers = new Map<string, Batcher<Op, Result>>();
@@ -121,7 +121,7 @@ export class BatcherPerName<Op, Result> {
   submit(name: string, op: Op): Promise<Result> {
     let batcher = this.batchers.get(name);
     if (!batcher) {
-      // a partition an hour: the oldest ones are not written to again
+      // partitions go by the day or hour: the oldest ones are not written to again
       if (this.batchers.size >= 48) this.batchers.delete(this.batchers.keys().next().value!);
       batcher = this.make(name);
       this.batchers.set(name, batcher);

@@ -2,17 +2,16 @@
 // (`messages`) for the history partition of its acceptance day (`history_<YYYYMMDD>` for
 // delivered, `dlq_<YYYYMMDD>` for dead-lettered; see partitions.ts). The hot path then only ever
 // touches the messages in flight, however much history is kept, and retention drops whole days.
-// Records of the earlier hourly layout (`history_<YYYYMMDDHH>`) are found where they are.
 import { isFinal } from '../lifecycle/lifecycle.ts';
 import { insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
 import { insertAtEpoch } from './leases.ts';
-import { appendEntriesOf, entryOf, removeEntry } from './listing.ts';
+import { appendEntriesOf, entryOf, listingPartitionOf, removalOf } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { legacyPartitionOf, partitionOf, type RecordKind } from './partitions.ts';
+import { partitionOf, type RecordKind } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 import { storeRawDocuments } from './writes.ts';
@@ -28,13 +27,6 @@ export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean
   return isFinal(doc.state) && doc.due_at === undefined;
 }
 
-/** The partitions that may hold a record: its day's, and its hour's of the earlier layout. */
-async function recordPartitions(store: Store, kind: RecordKind, id: string): Promise<string[]> {
-  if (kind === 'retry') return [partitionOf(kind, id)];
-  const legacy = legacyPartitionOf(kind, id);
-  return (await store.partitions.has(legacy)) ? [partitionOf(kind, id), legacy] : [partitionOf(kind, id)];
-}
-
 /**
  * Takes a record out of its partition (a replay brought the message back) and hides its listing
  * entry with the version that supersedes it.
@@ -45,9 +37,9 @@ export async function takeOutRecord(
   id: string,
   version: number,
 ): Promise<void> {
-  for (const name of await recordPartitions(store, kind, id))
-    await store.db.collection<ArchivedRecord>(name).deleteOne({ _id: id });
-  await removeEntry(store, kind, id, version);
+  // the claims and replays of a moment share one delete command and one entry set
+  await store.writes.recordRemovals.submit(partitionOf(kind, id), id);
+  await store.writes.entryAppends.submit(listingPartitionOf(kind, id), removalOf(id, version));
 }
 
 /**
@@ -101,9 +93,8 @@ export async function findRecord(
   kinds: readonly RecordKind[] = store.profile.parkRetries ? RECORD_KINDS : FINAL_KINDS,
 ): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
-  const names = (await Promise.all(kinds.map((kind) => recordPartitions(store, kind, id)))).flat();
   const found = await Promise.all(
-    names.map((name) => store.db.collection<ArchivedRecord>(name).findOne({ _id: id })),
+    kinds.map((kind) => store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id })),
   );
   let newest: MessageDoc | null = null;
   for (const record of found) {

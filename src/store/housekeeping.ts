@@ -1,17 +1,12 @@
 // Background upkeep of the history, run by the primary alone, in bounded steps with pauses between
 // them so that it never competes with the hot path: retention drops whole partitions once their
 // UTC day is older than the settings (records and their listings: RECORD_RETENTION, raw bytes:
-// RAW_RETENTION), records of the earliest layout (final messages kept in the working set) move to
-// their partitions, and record partitions from before listing partitions existed get theirs.
+// RAW_RETENTION); and the partitions the hot path will write next are made ahead of it.
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
-import { insertRecords } from './history.ts';
 import { readIntakes } from './intake.ts';
-import { appendEntries, entryOf, unlistedPartitions } from './listing.ts';
-import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { dayEnd, idMs, type Partition, partitionAt, partitionKeyOf } from './partitions.ts';
-import { type ArchivedRecord, unpackRecord } from './records.ts';
 
 export interface HousekeepingOptions {
   store: Store;
@@ -30,24 +25,10 @@ export interface HousekeepingReport {
   dropped: string[];
   /** raw partitions past retention kept because a message in flight still needs them */
   kept: string[];
-  migrated: number;
-  /** record partitions given the listing partition they lacked */
-  listed: number;
 }
 
-/** Records of the earlier layout moved per step. */
-const MIGRATION_BATCH = 500;
-/** The pause between two steps (a drop, a migration batch). */
+/** The pause between two drops. */
 const STEP_PAUSE_MS = 200;
-/** What the earlier layout kept all raw bytes in. */
-const LEGACY_RAW = Object.freeze(['raw.documents', 'raw.files', 'raw.chunks']);
-/** The newest acceptance time among migrated records whose bytes are in LEGACY_RAW. */
-const LEGACY_MARK = 'legacy_raw';
-
-interface MetaDoc {
-  _id: string;
-  newest_received_at: Date;
-}
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 24 * HOUR_MS;
@@ -103,7 +84,7 @@ export class Housekeeping {
   }
 
   private async pass(): Promise<HousekeepingReport> {
-    const report: HousekeepingReport = { dropped: [], kept: [], migrated: await this.migrate(), listed: 0 };
+    const report: HousekeepingReport = { dropped: [], kept: [] };
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
     let inFlight: number[] | undefined;
@@ -132,35 +113,11 @@ export class Housekeeping {
       report.dropped.push(partition.name);
       await pause();
     }
-    if (await this.dropLegacyRaw(now)) report.dropped.push(...LEGACY_RAW);
-    report.listed = await this.listUnlisted();
-    if (report.dropped.length || report.migrated || report.listed)
+    if (report.dropped.length)
       this.options.logger.info({ event: EVENTS.housekeepingDone, ...report }, 'history housekeeping');
     return report;
   }
 
-  /**
-   * Gives each record partition written before listing partitions existed (hourly, of the earlier
-   * layout) its listing partition of the same hour, one partition per step (until then a listing
-   * reads its records instead).
-   */
-  private async listUnlisted(): Promise<number> {
-    const { store } = this.options;
-    let listed = 0;
-    for (const { name, listing } of unlistedPartitions(await store.partitions.list())) {
-      const records = await store.db.collection<ArchivedRecord>(name).find({}).toArray();
-      await appendEntries(
-        store,
-        listing,
-        records.map((record) => entryOf(unpackRecord(record))),
-      );
-      listed++;
-      await pause();
-    }
-    return listed;
-  }
-
-  /** When the messages in flight were accepted. */
   /**
    * Creates the partitions the hot path will write next (this day's and the next, this hour's and
    * the next two) before it gets there, so that no final record or raw insert creates a collection:
@@ -189,6 +146,7 @@ export class Housekeeping {
     return created;
   }
 
+  /** When the messages in flight were accepted. */
   private async inFlightTimes(): Promise<number[]> {
     const { store } = this.options;
     const [live, intakes, parked] = await Promise.all([
@@ -218,50 +176,5 @@ export class Housekeeping {
       partition.kind === 'rawfs' ? [`${partition.name}.files`, `${partition.name}.chunks`] : [partition.name];
     for (const name of names) await db.dropCollection(name).catch(() => false);
     this.options.store.partitions.forget(partition.name);
-  }
-
-  /**
-   * Moves the final records that the earlier layout kept in the working set to their partitions,
-   * a batch per step; their raw bytes stay where they are (read through `raw_id`) until raw
-   * retention has passed the newest of them. Cheap once done: the working set is small.
-   */
-  private async migrate(): Promise<number> {
-    const { store } = this.options;
-    let moved = 0;
-    for (const state of ['delivered', 'dlq'] as const) {
-      for (;;) {
-        const batch = (await store.messages.find({ state }).limit(MIGRATION_BATCH).toArray()).filter(
-          (doc) => doc.due_at === undefined,
-        );
-        if (batch.length === 0) break;
-        await insertRecords(store, batch);
-        await this.markLegacyRaw(batch);
-        await store.messages.deleteMany({ _id: { $in: batch.map((doc) => doc._id) }, state });
-        moved += batch.length;
-        await pause();
-      }
-    }
-    return moved;
-  }
-
-  private async markLegacyRaw(batch: MessageDoc[]): Promise<void> {
-    const withLegacyRaw = batch.filter((doc) => doc.raw_id).map((doc) => doc.received_at.getTime());
-    if (withLegacyRaw.length === 0) return;
-    const meta = this.options.store.db.collection<MetaDoc>('meta');
-    const current = await meta.findOne({ _id: LEGACY_MARK });
-    const newest = Math.max(current?.newest_received_at.getTime() ?? 0, ...withLegacyRaw);
-    await meta.replaceOne({ _id: LEGACY_MARK }, { newest_received_at: new Date(newest) }, { upsert: true });
-  }
-
-  /** The earlier layout's raw bytes go whole once retention has passed the newest of them. */
-  private async dropLegacyRaw(now: number): Promise<boolean> {
-    const { store, rawRetentionMs } = this.options;
-    const meta = store.db.collection<MetaDoc>('meta');
-    const mark = await meta.findOne({ _id: LEGACY_MARK });
-    if (!mark || mark.newest_received_at.getTime() > now - rawRetentionMs) return false;
-    if ((await store.messages.countDocuments({ raw_id: { $exists: true } }, { limit: 1 })) > 0) return false;
-    for (const name of LEGACY_RAW) await store.db.dropCollection(name).catch(() => false);
-    await meta.deleteOne({ _id: LEGACY_MARK });
-    return true;
   }
 }

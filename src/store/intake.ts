@@ -42,8 +42,8 @@ interface DepartureMarker {
   departed: string[];
 }
 
-/** An accepted message (packed; one of the version before, as it was) or a departure note. */
-type IntakeDocument = IntakeRecord | MessageDoc | DepartureMarker;
+/** An accepted message (packed) or a departure note. */
+type IntakeDocument = IntakeRecord | DepartureMarker;
 
 const isMarker = (doc: IntakeDocument): doc is DepartureMarker => 'departed' in doc;
 

@@ -1,6 +1,5 @@
 // Ownership of messages in flight: the scheduler's query for messages that need an owner, the
 // claim of one at the next epoch (a unique insert into `leases`), and the expiry of old claims.
-import { DURABLE } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { moveToEpoch } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
@@ -75,15 +74,17 @@ export async function takeLease(
   expiresAt: Date,
 ): Promise<number | undefined> {
   for (let epoch = currentEpoch + 1, skipped = 0; ; skipped++, epoch++) {
-    try {
-      await store.leases.insertOne({ _id: `${id}:${epoch}`, owner, expires_at: expiresAt });
-      return epoch;
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
-      const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
-      // a live claim, or too many orphans to be plausible: leave the message to its owner
-      if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
-    }
+    // the claims of one poll go together: one insert, each lease decided by its own unique `_id`
+    const refused = await store.writes.leaseInserts.submit({
+      _id: `${id}:${epoch}`,
+      owner,
+      expires_at: expiresAt,
+    });
+    if (!refused) return epoch;
+    if (!isDuplicateKey(refused)) throw refused;
+    const taken = await store.leases.findOne({ _id: `${id}:${epoch}` });
+    // a live claim, or too many orphans to be plausible: leave the message to its owner
+    if (!taken || taken.expires_at.getTime() > Date.now() || skipped >= 3) return undefined;
   }
 }
 
@@ -95,19 +96,19 @@ export async function takeLease(
  */
 export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<MessageDoc | undefined> {
   const inserted = scheduledAs(doc);
-  try {
-    await retryTransient(() => store.messages.insertOne(inserted, { writeConcern: DURABLE }));
-    return inserted;
-  } catch (err) {
-    if (!isDuplicateKey(err)) throw err;
-    const there = await store.messages.findOne(
-      { _id: doc._id },
-      { projection: { lease_epoch: 1, lease_owner: 1 } },
-    );
-    return there?.lease_epoch === doc.lease_epoch && there.lease_owner === doc.lease_owner
-      ? inserted
-      : undefined;
-  }
+  const refused = await retryTransient(async () => {
+    const outcome = await store.writes.messageInserts.submit(inserted);
+    if (outcome && !isDuplicateKey(outcome)) throw outcome;
+    return outcome;
+  });
+  if (!refused) return inserted;
+  const there = await store.messages.findOne(
+    { _id: doc._id },
+    { projection: { lease_epoch: 1, lease_owner: 1 } },
+  );
+  return there?.lease_epoch === doc.lease_epoch && there.lease_owner === doc.lease_owner
+    ? inserted
+    : undefined;
 }
 
 /**

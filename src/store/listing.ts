@@ -9,19 +9,11 @@
 // that finds many such documents merges them into one. The records stay the truth (a lookup by id
 // reads them); the entries are written after them and before the message leaves the working set,
 // so a reader that does not find a message in the working set finds its entry.
-import { Binary, BSON, ObjectId } from 'mongodb';
+import { Binary, ObjectId } from 'mongodb';
 import { compressText, decompressText } from './compression.ts';
 import { type Connection, DURABLE } from './connection.ts';
 import type { MessageDoc } from './messages.ts';
-import {
-  isHourKey,
-  legacyPartitionOf,
-  type Partition,
-  parsePartitionName,
-  partitionName,
-  partitionOf,
-  type RecordKind,
-} from './partitions.ts';
+import { parsePartitionName, partitionName, partitionOf, type RecordKind } from './partitions.ts';
 
 /** The fields a listing shows and filters on. */
 export const SUMMARY_FIELDS = [
@@ -51,8 +43,7 @@ interface Removal {
 }
 
 /**
- * A document of a listing partition: its entries as JSON, gzip-compressed (`packed`), or, in sets
- * written before that, as one BSON value (`entries`). JSON because V8 parses it about 3 times
+ * A document of a listing partition: its entries as JSON, gzip-compressed (`packed`). JSON because V8 parses it about 3 times
  * faster than the driver decodes BSON (811 entries: 1.2 ms against 4.1), compressed because
  * FerretDB converts every byte of a document it reads (the summaries of a page shrink 5 to 20 times).
  * A merged set is kept apart, in `merged_list_<day>`, and its listing partition holds only a
@@ -64,7 +55,6 @@ interface Removal {
 interface EntrySet {
   _id: ObjectId;
   packed?: Binary;
-  entries?: Binary;
   /** a pointer: the entries are in the day's `merged_list` collection, under this same id */
   merged?: true;
 }
@@ -78,25 +68,6 @@ export function listingKind(kind: RecordKind): 'delivered_list' | 'dlq_list' | '
   return kind === 'dlq' ? 'dlq_list' : kind === 'retry' ? 'retry_list' : 'delivered_list';
 }
 
-/** The listing of the earlier hourly layout (partitions.ts): by the hour, for both of its kinds. */
-export function hourlyListingKind(kind: RecordKind): 'history_list' | 'dlq_list' | undefined {
-  return kind === 'dlq' ? 'dlq_list' : kind === 'history' ? 'history_list' : undefined;
-}
-
-/**
- * The record partitions of the hourly layout that were written before listing partitions existed
- * and have none yet, with the listing partition each is to get: until housekeeping writes it, a
- * listing reads their records instead.
- */
-export function unlistedPartitions(catalog: readonly Partition[]): Array<Partition & { listing: string }> {
-  const names = new Set(catalog.map((partition) => partition.name));
-  return catalog.flatMap((partition) => {
-    if ((partition.kind !== 'history' && partition.kind !== 'dlq') || !isHourKey(partition.key)) return [];
-    const listing = partitionName(hourlyListingKind(partition.kind)!, partition.key);
-    return names.has(listing) ? [] : [{ ...partition, listing }];
-  });
-}
-
 export function entryOf(doc: MessageDoc): ListingEntry {
   const entry: Record<string, unknown> = { version: doc.version };
   for (const field of SUMMARY_FIELDS) entry[field] = doc[field];
@@ -108,7 +79,6 @@ async function pack(entries: ListingEntry[]): Promise<EntrySet> {
 }
 
 async function unpack(set: EntrySet): Promise<ListingEntry[]> {
-  if (set.entries) return (BSON.deserialize(set.entries.buffer) as { entries: ListingEntry[] }).entries;
   const entries = JSON.parse(await decompressText(set.packed!.buffer)) as ListingEntry[];
   for (const entry of entries)
     if (entry.removed === undefined) entry.received_at = new Date(entry.received_at);
@@ -192,16 +162,9 @@ export async function appendEntriesOf(
   for (const [name, some] of byPartition) await appendEntries(store, name, some);
 }
 
-/**
- * Hides a message's earlier entries (its record was taken out for a replay), in its listing
- * partition and in the earlier layout's, should that exist.
- */
-export async function removeEntry(store: Connection, kind: RecordKind, id: string, version: number) {
-  const removal: Removal = { _id: id, version, removed: true };
-  await appendEntries(store, listingPartitionOf(kind, id), [removal]);
-  const hourly = hourlyListingKind(kind);
-  const legacy = hourly && legacyPartitionOf(hourly, id);
-  if (legacy && (await store.partitions.has(legacy))) await appendEntries(store, legacy, [removal]);
+/** The entry that hides a message's earlier entries in a partition (its record was taken out). */
+export function removalOf(id: string, version: number): ListingEntry {
+  return { _id: id, version, removed: true };
 }
 
 /** For each id, the entry with the highest version. */

@@ -2,7 +2,7 @@
 // lifecycle history, its delivery attempts and its deliveries (one per matched route). Types, and
 // the one rule that ties `scheduled` to `due_at`: working-set.ts writes it, leases.ts claims it, a
 // final message moves to its history partition (history.ts); the raw bytes are in raw.ts.
-import type { ObjectId, UpdateFilter } from 'mongodb';
+import type { UpdateFilter } from 'mongodb';
 import type {
   HistoryEntry as MadeHistoryEntry,
   MessageState as MadeMessageState,
@@ -83,8 +83,6 @@ export interface MessageDoc {
   /** recipient domains, for filtering */
   domains: string[];
   size: number;
-  /** records of the earlier layout only: where their raw bytes are (now: by the message id) */
-  raw_id?: ObjectId;
   /**
    * working set only: a small message's bytes, stored with its document in the insert before the
    * 250 and moved to `raw_<day>` with its final record (raw.ts)

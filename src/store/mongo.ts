@@ -104,10 +104,6 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
 }
 
 export async function ensureIndexes(store: Store): Promise<void> {
-  // indexes of earlier layouts: `due` (0.1.0), and the listing indexes on received_at (from before
-  // the working set and the history partitions were apart; listings order by id now)
-  for (const name of ['due', 'newest_first', 'state_newest_first', 'domain_newest_first'])
-    await store.messages.dropIndex(name).catch(() => {});
   await Promise.all([
     store.domains.createIndex({ name: 1 }, { unique: true, name: 'name_unique' }),
     store.routes.createIndex({ domain: 1, created_at: 1 }, { name: 'domain_created' }),
@@ -116,9 +112,4 @@ export async function ensureIndexes(store: Store): Promise<void> {
     store.messages.createIndex({ scheduled: 1, due_at: 1 }, { name: 'scheduled_due' }),
     store.leases.createIndex({ expires_at: 1 }, { name: 'expiry' }),
   ]);
-  // records written before `scheduled` existed (0.1.0 development builds)
-  await store.messages.updateMany(
-    { due_at: { $exists: true }, scheduled: { $exists: false } },
-    { $set: { scheduled: true } },
-  );
 }

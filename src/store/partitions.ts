@@ -14,10 +14,8 @@
 // collections a day instead of 120. The merged entry sets of a day's listing partitions go into
 // one collection of that day, read only by id (listing.ts).
 //
-// Databases written by the earlier hourly layout (`history_<YYYYMMDDHH>`, `history_list_<...>`,
-// ...) are read as they are: their collections are told apart by their key's length or, for the
-// hourly listing of delivered records, by its kind's name. Nothing new is written to them but
-// what a replay or housekeeping must, and retention drops them in their turn.
+// Collections of earlier layouts (hourly record partitions, 0.1.0's raw collections) are not
+// read: layout.ts finds them at startup and refuses the database (earlierLayoutCollection).
 import type { Db } from 'mongodb';
 
 const HOUR_MS = 3_600_000;
@@ -31,28 +29,20 @@ const DAY_MS = 24 * HOUR_MS;
  * `merged_list` the merged entry sets of the day's listing partitions (read by id only); `retry` the
  * records of messages parked until a retry is due and `retry_list` their listing (parking.ts, with
  * the profile's `parkRetries`).
- * `history_list` is the hourly layout's listing of delivered records, read until retention.
  */
 export type PartitionKind =
   | 'history'
   | 'dlq'
   | 'delivered_list'
   | 'dlq_list'
-  | 'history_list'
   | 'merged_list'
   | 'raw'
   | 'rawfs'
   | 'retry'
   | 'retry_list';
 export type RecordKind = Extract<PartitionKind, 'history' | 'dlq' | 'retry'>;
-/** The kinds the earlier hourly layout had: each was by the hour. */
-export type HourlyLayoutKind = Exclude<
-  PartitionKind,
-  'delivered_list' | 'merged_list' | 'retry' | 'retry_list'
->;
-
 /** The span each kind is partitioned by now (see the header). */
-const SPAN_MS: Readonly<Record<Exclude<PartitionKind, 'history_list'>, number>> = Object.freeze({
+const SPAN_MS: Readonly<Record<PartitionKind, number>> = Object.freeze({
   history: DAY_MS,
   dlq: DAY_MS,
   delivered_list: HOUR_MS,
@@ -106,11 +96,6 @@ export function partitionOf(kind: keyof typeof SPAN_MS, id: string): string {
   return partitionName(kind, partitionKeyOf(kind, id));
 }
 
-/** The collection of `kind` that the earlier hourly layout kept the message `id` in. */
-export function legacyPartitionOf(kind: HourlyLayoutKind, id: string): string {
-  return partitionName(kind, keyAt(HOUR_MS, idMs(id)));
-}
-
 /** Where a partition's span begins, ms since the epoch. */
 export function partitionStart(key: string): number {
   return Date.UTC(
@@ -141,7 +126,7 @@ export function partitionName(kind: PartitionKind, key: string): string {
 }
 
 const NAME =
-  /^(history|dlq|delivered_list|dlq_list|history_list|merged_list|raw|rawfs|retry|retry_list)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
+  /^(history|dlq|delivered_list|dlq_list|merged_list|raw|rawfs|retry|retry_list)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {
@@ -149,7 +134,20 @@ export function parsePartitionName(collection: string): Partition | undefined {
   if (!match) return undefined;
   const kind = match[1] as PartitionKind;
   if ((kind === 'rawfs') !== (match[3] !== undefined)) return undefined;
+  // each kind has one span: a key of the other length is an earlier layout's collection
+  if ((SPAN_MS[kind] === HOUR_MS) !== isHourKey(match[2]!)) return undefined;
   return partitionAt(kind, match[2]!);
+}
+
+/**
+ * Collections that only earlier layouts wrote: the hourly record, raw and listing partitions
+ * (before 2026-11-23) and 0.1.0's raw bytes. This build reads none of them (layout.ts).
+ */
+const EARLIER_LAYOUT =
+  /^((history|dlq|dlq_list|raw)_\d{10}|rawfs_\d{10}\.(files|chunks)|history_list_\d{10}|raw\.(documents|files|chunks))$/;
+
+export function earlierLayoutCollection(collection: string): boolean {
+  return EARLIER_LAYOUT.test(collection);
 }
 
 /** The partition of `kind` for the span `key`, whether or not its collection exists. */

@@ -10,18 +10,14 @@
 // A message whose compressed bytes fit in INLINE_RAW_MAX_BYTES is not written here before the 250:
 // its bytes ride in its working-set document (`raw`), so accepting it costs one insert, and they
 // come here with its final record's batch (history.ts), which gathers many.
-//
-// Bytes stored by the earlier hourly layout (`raw_<YYYYMMDDHH>`) are found there. Records written
-// before the partitions existed carry a `raw_id` (an ObjectId) instead: their bytes are read from
-// the old `raw.documents` collection or `raw` bucket, uncompressed.
 import { PassThrough, Readable } from 'node:stream';
 import { createGunzip, createGzip } from 'node:zlib';
-import { Binary, type Collection, GridFSBucket, type ObjectId } from 'mongodb';
+import { Binary, GridFSBucket } from 'mongodb';
 import { compress, decompress, GZIP } from './compression.ts';
 import { DURABLE } from './connection.ts';
 import type { InlineRaw, RawDocument } from './documents.ts';
 import type { Store } from './mongo.ts';
-import { legacyPartitionOf, partitionOf } from './partitions.ts';
+import { partitionOf } from './partitions.ts';
 
 /**
  * Compressed bytes up to this size go inside the message's working-set document: one insert before
@@ -35,10 +31,9 @@ export const RAW_DOCUMENT_MAX_BYTES = 4 * 1024 * 1024;
 /** GridFS chunk size for the large ones: fewer, larger inserts than GridFS's 255 KB default. */
 const CHUNK_BYTES = 1024 * 1024;
 
-/** Where a message's raw bytes are: in its document, by its id, or (records of the earlier layout) by `raw_id`. */
+/** Where a message's raw bytes are: in its document, else by its id in its day's partitions. */
 export interface RawLocation {
   _id: string;
-  raw_id?: ObjectId;
   raw?: InlineRaw;
   /** the size as received: a large message is read into one buffer of it, not joined from pieces */
   size?: number;
@@ -175,54 +170,34 @@ export function openRawUpload(store: Store, messageId: string): RawUpload {
   };
 }
 
-/** The earlier layout: one collection and one bucket for all raw bytes, uncompressed. */
-function legacyDocuments(store: Store): Collection<{ _id: ObjectId; data: Binary }> {
-  return store.db.collection('raw.documents');
-}
-
 /**
  * False when the raw bytes were never completely stored or were removed (a failed acceptance, or
  * raw retention).
  */
 export async function rawExists(store: Store, message: RawLocation): Promise<boolean> {
   if (message.raw) return true;
-  if (message.raw_id) {
-    if ((await legacyDocuments(store).countDocuments({ _id: message.raw_id }, { limit: 1 })) === 1)
-      return true;
-    return (
-      (await store.db.collection('raw.files').countDocuments({ _id: message.raw_id }, { limit: 1 })) === 1
-    );
-  }
   return (await findRaw(store, message._id)) !== undefined;
 }
 
 type Found = { document: RawDocument } | { bucket: string };
 
-/** Where the bytes of `messageId` are: its day's partitions, then its hour's of the earlier layout. */
+/** Where the bytes of `messageId` are: a document of its day's `raw`, or a file of its day's `rawfs`. */
 async function findRaw(store: Store, messageId: string): Promise<Found | undefined> {
-  const places: Array<{ raw: string; rawfs: string }> = [
-    { raw: partitionOf('raw', messageId), rawfs: partitionOf('rawfs', messageId) },
-  ];
-  const legacy = { raw: legacyPartitionOf('raw', messageId), rawfs: legacyPartitionOf('rawfs', messageId) };
-  if ((await store.partitions.has(legacy.raw)) || (await store.partitions.has(legacy.rawfs)))
-    places.push(legacy);
-  for (const { raw, rawfs } of places) {
-    const document = await store.db.collection<RawDocument>(raw).findOne({ _id: messageId });
-    if (document) return { document };
-    const file = await store.db.collection(`${rawfs}.files`).findOne({ _id: messageId as never });
-    if (file) return { bucket: rawfs };
-  }
-  return undefined;
+  const document = await store.db
+    .collection<RawDocument>(partitionOf('raw', messageId))
+    .findOne({ _id: messageId });
+  if (document) return { document };
+  const bucket = partitionOf('rawfs', messageId);
+  const file = await store.db.collection(`${bucket}.files`).findOne({ _id: messageId as never });
+  return file ? { bucket } : undefined;
 }
 
 /** The bytes as received, or undefined when they are gone (raw retention). */
 export async function readRaw(store: Store, message: RawLocation): Promise<Buffer | undefined> {
   if (message.raw) return decompress(message.raw.data.buffer);
-  if (!message.raw_id) {
-    const found = await findRaw(store, message._id);
-    if (!found) return undefined;
-    if ('document' in found) return decompress(found.document.data.buffer);
-  }
+  const found = await findRaw(store, message._id);
+  if (!found) return undefined;
+  if ('document' in found) return decompress(found.document.data.buffer);
   const stream = await openRawStream(store, message);
   if (!stream) return undefined;
   return gather(stream, message.size);
@@ -256,16 +231,6 @@ async function gather(stream: Readable, size: number | undefined): Promise<Buffe
  */
 export async function openRawStream(store: Store, message: RawLocation): Promise<Readable | undefined> {
   if (message.raw) return Readable.from([await decompress(message.raw.data.buffer)]);
-  if (message.raw_id) {
-    const doc = await legacyDocuments(store).findOne({ _id: message.raw_id });
-    if (doc) return Readable.from([Buffer.from(doc.data.buffer)]);
-    const exists = await store.db
-      .collection('raw.files')
-      .countDocuments({ _id: message.raw_id }, { limit: 1 });
-    return exists
-      ? new GridFSBucket(store.db, { bucketName: 'raw' }).openDownloadStream(message.raw_id)
-      : undefined;
-  }
   const found = await findRaw(store, message._id);
   if (!found) return undefined;
   if ('document' in found) return Readable.from([await decompress(found.document.data.buffer)]);

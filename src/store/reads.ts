@@ -9,14 +9,7 @@ import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
 import { findInIntakes, listIntakes, readIntake } from './intake.ts';
-import {
-  hourlyListingKind,
-  listingKind,
-  type MessageSummary,
-  readPage,
-  SUMMARY_FIELDS,
-  unlistedPartitions,
-} from './listing.ts';
+import { listingKind, type MessageSummary, readPage, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
 import {
@@ -27,7 +20,6 @@ import {
   partitionStart,
   type RecordKind,
 } from './partitions.ts';
-import type { ArchivedRecord } from './records.ts';
 
 /** A message by id: in the working set while in flight, else in its history partition. */
 export async function getMessage(store: Store, id: string): Promise<MessageDoc | null> {
@@ -155,11 +147,7 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
       const batch = sources.slice(next, end);
       next += batch.length;
       const found = await Promise.all(
-        batch.map(async (source) =>
-          source.unlisted
-            ? readRecords(store, source.name, base, want)
-            : readPage(store, source.name, want, inQuery, query.before),
-        ),
+        batch.map((source) => readPage(store, source.name, want, inQuery, query.before)),
       );
       archived.push(...found.flat().filter(inQuery));
     }
@@ -229,33 +217,15 @@ function inLiveQuery(doc: MessageSummary, query: MessageQuery): boolean {
   );
 }
 
-/** The records of a partition written before listing partitions existed (see housekeeping.ts). */
-async function readRecords(
-  store: Store,
-  name: string,
-  filter: Filter<MessageDoc>,
-  limit: number,
-): Promise<MessageSummary[]> {
-  return store.db
-    .collection<ArchivedRecord>(name)
-    .find(filter as Filter<ArchivedRecord>, { projection: SUMMARY_PROJECTION })
-    .sort({ _id: -1 })
-    .limit(limit)
-    .toArray();
-}
-
 /** A partition a listing reads, with its span. */
 interface Source {
   name: string;
   start: number;
   end: number;
-  /** a record partition of the first hourly layout that has no listing partition (yet): its records */
-  unlisted: boolean;
 }
 
 /**
- * The listing partitions of these kinds that exist (of both layouts), and the record partitions of
- * the first hourly layout that have none, newest first, up to the cursor's time. The current and
+ * The listing partitions of these kinds that exist, newest first, up to the cursor's time. The current and
  * the previous span of each listing kind are always included: another process may have created
  * them a moment ago, after this one last read the catalog (a query on a missing collection finds
  * nothing).
@@ -266,8 +236,7 @@ async function sourcesToRead(
   before: string | undefined,
 ): Promise<Source[]> {
   const sources = new Map<string, Source>();
-  const add = ({ name, start, end }: Partition, unlisted = false) =>
-    sources.set(name, { name, start, end, unlisted });
+  const add = ({ name, start, end }: Partition) => sources.set(name, { name, start, end });
   const now = Date.now();
   for (const kind of kinds) {
     const current = partitionKeyOf(listingKind(kind), now);
@@ -275,15 +244,8 @@ async function sourcesToRead(
     for (const key of [current, previous]) add(partitionAt(listingKind(kind), key));
   }
   const catalog = await store.partitions.list();
-  const listed = new Set<string>(
-    kinds.flatMap((kind) => [
-      listingKind(kind),
-      ...(hourlyListingKind(kind) ? [hourlyListingKind(kind)!] : []),
-    ]),
-  );
+  const listed = new Set<string>(kinds.map(listingKind));
   for (const partition of catalog) if (listed.has(partition.kind)) add(partition);
-  for (const partition of unlistedPartitions(catalog))
-    if (kinds.includes(partition.kind as RecordKind)) add(partition, true);
   // partitions made ahead of their time (housekeeping.ts) hold nothing yet
   const until = before ? Math.min(idMs(before), now) : now;
   return [...sources.values()].filter((source) => source.start <= until).sort((a, b) => b.end - a.end);

@@ -94,7 +94,7 @@ export function packIntake(doc: MessageDoc): IntakeRecord {
 
 /**
  * The message of an intake document, as far as it was read (a projection may leave `detail` or
- * both packed values out); one written before intakes were packed is the message as it is.
+ * both packed values out: then it is the fields read, as they are).
  */
 export function unpackIntake(doc: Partial<IntakeRecord> | MessageDoc): MessageDoc {
   const { summary, detail, ...kept } = doc as Partial<IntakeRecord>;

@@ -1,12 +1,13 @@
 // The hot path's writes, coalesced into batched commands (batcher.ts): one set of batchers per
-// connection, built by openStore (mongo.ts): the raw documents, the accepted messages, the owners'
-// fenced updates and removals (fencing.ts), and the final records with their listing entries.
+// connection, built by openStore (mongo.ts): the raw documents, the accepted and claimed messages,
+// the leases, the owners' fenced updates and removals (fencing.ts), the final and parked records
+// with their listing entries, and the parked records' removals when they are claimed.
 import { Batcher, BatcherPerName } from './batcher.ts';
 import { type Connection, DURABLE, insertEach } from './connection.ts';
-import type { RawDocument } from './documents.ts';
+import type { LeaseDoc, RawDocument } from './documents.ts';
 import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts';
 import { isDuplicateKey } from './ids.ts';
-import { appendEntriesOf } from './listing.ts';
+import { appendEntries, appendEntriesOf, type ListingEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import { parsePartitionName, partitionOf, type RecordKind } from './partitions.ts';
 import type { Archived, ArchivedRecord, IntakeRecord } from './records.ts';
@@ -17,14 +18,23 @@ export interface StoreWrites {
   readonly rawInserts: BatcherPerName<RawDocument, Error | undefined>;
   /** newly accepted messages, packed (records.ts), per intake (working-set.ts, intake.ts) */
   readonly intakeInserts: BatcherPerName<IntakeRecord, Error | undefined>;
-  /** newly accepted messages into `messages`, where the profile has no intakes (working-set.ts) */
+  /**
+   * messages into `messages`: newly accepted ones where the profile has no intakes (working-set.ts),
+   * and those claimed, taken over or restored at an epoch whose lease was won (leases.ts)
+   */
   readonly messageInserts: Batcher<MessageDoc, Error | undefined>;
+  /** the claims' lease inserts, each decided by the unique `_id` (leases.ts) */
+  readonly leaseInserts: Batcher<LeaseDoc, Error | undefined>;
   /** the owners' fenced updates: true when the write is in (working-set.ts) */
   readonly ownerWrites: Batcher<OwnerWrite, boolean>;
   /** final records and their listing entries, per history partition (history.ts) */
   readonly recordInserts: BatcherPerName<Archived, Error | undefined>;
   /** the owners' fenced removals from the working set: true when removed (history.ts) */
   readonly removals: Batcher<Ownership, boolean>;
+  /** records taken out of their partitions by exact `_id` (a claimed parked message, a replay: history.ts) */
+  readonly recordRemovals: BatcherPerName<string, undefined>;
+  /** listing entries appended alone (the removals that hide a taken-out record: listing.ts), per listing partition */
+  readonly entryAppends: BatcherPerName<ListingEntry, undefined>;
 }
 
 /**
@@ -140,11 +150,42 @@ export function buildWrites(connection: Connection): StoreWrites {
           flush: (batch) => storeRecords(connection, name, batch),
         }),
     ),
+    leaseInserts: new Batcher({
+      maxInFlight: 1,
+      maxBatch: 100,
+      flush: (leases: LeaseDoc[]) => insertEach(connection.leases, leases),
+    }),
     // small bulk deletes, for the reason the owners' bulk updates are small
     removals: new Batcher({
       maxInFlight: 1,
       maxBatch: 8,
       flush: (owners: Ownership[]) => removeAsOwners(connection, owners),
     }),
+    recordRemovals: new BatcherPerName<string, undefined>(
+      (name) =>
+        new Batcher({
+          maxInFlight: 1,
+          maxBatch: 8,
+          // one deleteOne per id, each exactly `{_id: X}` (`$in` would read the whole partition on FerretDB)
+          flush: async (ids: string[]) => {
+            await connection.db.collection<{ _id: string }>(name).bulkWrite(
+              ids.map((id) => ({ deleteOne: { filter: { _id: id } } })),
+              { ordered: false, writeConcern: DURABLE },
+            );
+            return ids.map(() => undefined);
+          },
+        }),
+    ),
+    entryAppends: new BatcherPerName<ListingEntry, undefined>(
+      (name) =>
+        new Batcher({
+          maxInFlight: 1,
+          maxBatch: RECORD_BATCH_MAX,
+          flush: async (entries: ListingEntry[]) => {
+            await appendEntries(connection, name, entries);
+            return entries.map(() => undefined);
+          },
+        }),
+    ),
   });
 }

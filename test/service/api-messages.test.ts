@@ -1,7 +1,6 @@
 // GET /messages and /messages/{id}: ordering, paging, filters and validation of the query.
 
 import test from 'ava';
-import { ObjectId } from 'mongodb';
 import type { ErrorBody } from '../../src/api/error-handler.ts';
 import type { MessageView as Message } from '../../src/api/messages.ts';
 import type { MessageStateName as MessageState } from '../../src/lifecycle/tables.ts';
@@ -28,7 +27,6 @@ function record(i: number, receivedAt: Date, domain: string): MessageDoc {
     envelope: { mail_from: 'sender@sender.example', rcpt_to: [`user${i}@${domain}`] },
     domains: [domain],
     size: 100,
-    raw_id: new ObjectId(),
     history: [{ state: 'accepted', at: receivedAt }],
     attempts: [],
     deliveries: [],

@@ -1,13 +1,13 @@
 // The working set and the history partitions: a final message leaves `messages` and stays
 // readable; listings across partitions (and midnight) are complete, ordered and free of duplicates
 // under offset and under the keyset cursor; retention drops exactly the days past its settings and
-// nothing in flight; raw bytes past RAW_RETENTION are 410; databases of the earlier layouts (final
-// records in the working set; hourly partitions) stay readable.
+// nothing in flight; raw bytes past RAW_RETENTION are 410; a database of the layout before becomes
+// this one as it is, and one holding what earlier layouts wrote is refused.
 
 import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import test from 'ava';
-import { Binary, BSON, GridFSBucket, ObjectId } from 'mongodb';
+import { Binary } from 'mongodb';
 import { seedHistory } from '../../scripts/bench/seed.ts';
 import type { MessageView } from '../../src/api/messages.ts';
 import { createLogger } from '../../src/log/logger.ts';
@@ -15,12 +15,12 @@ import { archiveAsOwner, insertRecords, restoreRecord } from '../../src/store/hi
 import { Housekeeping } from '../../src/store/housekeeping.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { findInIntakes } from '../../src/store/intake.ts';
+import { ensureLayout, LAYOUT_VERSION, LayoutRefused } from '../../src/store/layout.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
-import { legacyPartitionOf, partitionEnd, partitionKeyOf, partitionOf } from '../../src/store/partitions.ts';
+import { partitionEnd, partitionKeyOf, partitionOf } from '../../src/store/partitions.ts';
 import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
-import { type ArchivedRecord, packRecord } from '../../src/store/records.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { openTestDatabase, testProfile } from '../_support/db.ts';
 import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
@@ -349,75 +349,93 @@ test.serial(
 );
 
 test.serial(
-  'a database of the earlier layout: every message readable before, during and after the move',
+  'a database of the layout before (3) becomes 4 as it is: every message stays readable, bytes included',
   async (t) => {
-    const api: RunningApi = await startApi({ label: 'upgrade' });
+    const api: RunningApi = await startApi({ label: 'layout3' });
     t.teardown(() => api.close());
-    const legacy = api.store.db.collection<{ _id: ObjectId; message: string; data: Binary }>('raw.documents');
-    const bucket = new GridFSBucket(api.store.db, { bucketName: 'raw' });
-    const now = Date.now();
-    const docs: MessageDoc[] = [];
-    const bodies = new Map<string, string>();
-    for (let n = 0; n < 12; n++) {
-      const id = idAt('m', now - (12 - n) * 20 * 60_000, n);
-      const body = `Subject: legacy ${n}\r\n\r\n${'y'.repeat(n === 5 ? 300_000 : 40)}\r\n`;
-      const rawId = new ObjectId();
-      if (n === 5) {
-        // a large one in the old GridFS bucket
-        await new Promise<void>((resolve, reject) => {
-          const upload = bucket.openUploadStreamWithId(rawId, id);
-          upload.once('finish', () => resolve());
-          upload.once('error', reject);
-          upload.end(Buffer.from(body));
-        });
-      } else await legacy.insertOne({ _id: rawId, message: id, data: new Binary(Buffer.from(body)) });
-      bodies.set(id, body);
-      const state = n === 11 ? 'failed' : n % 4 === 0 ? 'dlq' : 'delivered';
-      docs.push({
-        ...record(id, state),
-        raw_id: rawId,
-        ...(state === 'failed' ? { due_at: new Date(now + 60_000), scheduled: true as const } : {}),
-      });
-    }
-    await api.store.messages.insertMany(docs);
     const client = api.client.for(t);
-    const expected = docs.map((d) => d._id).reverse();
-
-    const readable = async (when: string) => {
-      t.deepEqual(
-        (await client.get<MessageView[]>('/messages?limit=50')).body.map((m) => m.id),
-        expected,
-        when,
-      );
-      for (const doc of docs) {
-        t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state, when);
-        t.is(
-          await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(),
-          bodies.get(doc._id) ?? '',
-          when,
-        );
-      }
+    const now = Date.now();
+    // final records over two days (delivered and dead letters, their bytes in their days' raw
+    // partitions), and one message in flight, as layout 3 keeps them
+    const finals = Array.from({ length: 8 }, (_, n) =>
+      record(idAt('m', now - (8 - n) * 5 * 3_600_000, n), n % 3 === 0 ? 'dlq' : 'delivered'),
+    );
+    const inFlight: MessageDoc = {
+      ...record(idAt('m', now - 60_000, 20), 'failed'),
+      due_at: new Date(now + 3_600_000),
+      scheduled: true,
     };
-    await readable('before');
-    const housekeeping = defaultHousekeeping(api.store, Date.now());
-    t.is((await housekeeping.runOnce()).migrated, 11);
-    t.deepEqual(
-      (await api.store.messages.find({}).toArray()).map((d) => d._id),
-      [docs[11]!._id],
-      'only the message in flight stays in the working set',
+    const bodies = new Map<string, string>();
+    for (const doc of [...finals, inFlight]) bodies.set(doc._id, `Subject: ${doc._id}\r\n\r\nbody\r\n`);
+    await insertRawMany(
+      api.store,
+      [...bodies].map(([id, body]) => ({ id, bytes: Buffer.from(body) })),
     );
-    await readable('after');
+    await insertRecords(api.store, finals);
+    await api.store.messages.insertOne(inFlight);
+    await api.store.db
+      .collection<{ _id: string; version: number }>('meta')
+      .replaceOne({ _id: 'layout' }, { version: 3 }, { upsert: true });
 
-    // once raw retention has passed the newest legacy record, and none in flight needs them, the old
-    // collections go whole
-    const later = defaultHousekeeping(api.store, now + 8 * DAY);
-    t.false(
-      (await later.runOnce()).dropped.includes('raw.documents'),
-      'kept while a message in flight uses it',
+    t.is(await ensureLayout(api.store), 3);
+    t.like(await api.store.db.collection<{ _id: string }>('meta').findOne({ _id: 'layout' }), {
+      version: LAYOUT_VERSION,
+    });
+    const all = [...finals, inFlight];
+    t.deepEqual(
+      (await client.get<MessageView[]>('/messages?limit=50')).body.map((m) => `${m.id} ${m.state}`),
+      all
+        .map((d) => `${d._id} ${d.state}`)
+        .sort()
+        .reverse(),
     );
-    await api.store.messages.deleteOne({ _id: docs[11]!._id });
-    t.true((await later.runOnce()).dropped.includes('raw.documents'));
-    t.false((await collectionNames(api.store)).has('raw.documents'));
+    for (const doc of all) {
+      t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state);
+      t.is(await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(), bodies.get(doc._id) ?? '');
+    }
+  },
+);
+
+test.serial(
+  'a database that still holds what an earlier layout wrote is refused, saying what to do, and left as it was',
+  async (t) => {
+    const now = Date.now();
+    const earlier: Array<[string, (store: Store) => Promise<unknown>]> = [
+      [
+        'an hourly record partition',
+        (store) =>
+          store.db.createCollection(
+            `history_${new Date(now).toISOString().slice(0, 13).replace(/[-T]/g, '')}`,
+          ),
+      ],
+      ["0.1.0's raw bytes", (store) => store.db.createCollection('raw.documents')],
+      [
+        "0.1.0's final messages in the working set",
+        (store) => store.messages.insertOne(record(idAt('m', now, 1), 'delivered')),
+      ],
+    ];
+    for (const [what, leave] of earlier) {
+      const { store } = await openTestDatabase(`earlier-${earlier.findIndex(([w]) => w === what)}`);
+      t.teardown(() => store.close());
+      await leave(store);
+      const refused = await ensureLayout(store).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      t.true(refused instanceof LayoutRefused, what);
+      t.regex(
+        (refused as Error).message,
+        /of a layout this build no longer reads: run build \w+ on it until/,
+        what,
+      );
+      t.is(await store.db.collection('meta').countDocuments({}), 0, `${what}: no version recorded`);
+    }
+    // a partition of today's layout is no earlier layout's, an hourly listing of delivered records included
+    const { store } = await openTestDatabase('earlier-none');
+    t.teardown(() => store.close());
+    await store.db.createCollection(partitionOf('delivered_list', idAt('m', now, 1)));
+    await store.db.createCollection(partitionOf('history', idAt('m', now, 1)));
+    t.is(await ensureLayout(store), 0);
   },
 );
 
@@ -491,15 +509,6 @@ test.serial(
       newestFirst(docs).slice(8, 13),
     );
 
-    // a set as they were written before their entries were compressed JSON: one BSON value
-    const earlier = record(idAt('m', hour + 40_000, 40), 'delivered');
-    const { detail: _detail, ...summary } = packRecord(earlier);
-    await entrySets.insertOne({
-      entries: new Binary(BSON.serialize({ entries: [{ ...summary, version: earlier.version }] })),
-    });
-    docs.push(earlier);
-    t.deepEqual(await listed(), expected(docs));
-
     // a replay takes a dead letter out of its partition; it is delivered this time
     const dead = docs[5]!;
     const restored = await restoreRecord(api.store, dead, 'test-owner', 60_000);
@@ -511,102 +520,5 @@ test.serial(
     t.deepEqual(await listed(), expected(now));
     t.deepEqual(await listed('&state=dlq'), expected(now.filter((d) => d.state === 'dlq')));
     t.deepEqual(await listed('&state=delivered'), expected(now.filter((d) => d.state === 'delivered')));
-  },
-);
-
-test.serial(
-  'a database of the hourly layout: read by id, listed, its bytes served, replayed and dropped by retention',
-  async (t) => {
-    const api: RunningApi = await startApi({ label: 'hourly' });
-    t.teardown(() => api.close());
-    const client = api.client.for(t);
-    const { db } = api.store;
-    const now = Date.now();
-    // 12 final messages over about four hours, stored as the hourly layout did, and not yet listed
-    // (as before listing partitions existed); the largest in its hour's GridFS bucket
-    const legacy = Array.from({ length: 12 }, (_, n) =>
-      record(idAt('m', now - 5 * 3_600_000 + n * 20 * 60_000, n), n % 3 === 0 ? 'dlq' : 'delivered'),
-    );
-    const bodies = new Map<string, string>();
-    for (const [n, doc] of legacy.entries()) {
-      const body = `Subject: hourly ${n}\r\n\r\n${'z'.repeat(n === 4 ? 200_000 : 30)}\r\n`;
-      bodies.set(doc._id, body);
-      await db
-        .collection<ArchivedRecord>(legacyPartitionOf(doc.state === 'dlq' ? 'dlq' : 'history', doc._id))
-        .insertOne(packRecord(doc));
-      const data = gzipSync(body);
-      if (n === 4) {
-        const bucket = new GridFSBucket(db, { bucketName: legacyPartitionOf('rawfs', doc._id) });
-        await new Promise<void>((resolve, reject) => {
-          const upload = bucket.openUploadStreamWithId(doc._id as never, doc._id, {
-            metadata: { encoding: 'gzip' },
-          });
-          upload.once('finish', () => resolve());
-          upload.once('error', reject);
-          upload.end(data);
-        });
-      } else
-        await db
-          .collection(legacyPartitionOf('raw', doc._id))
-          .insertOne({ _id: doc._id as never, data: new Binary(data), size: body.length });
-    }
-    // messages of the same hours archived since the upgrade: in the daily partitions
-    const since = [1, 2].map((n) =>
-      record(idAt('m', now - 5 * 3_600_000 + n * 20 * 60_000 + 500, 50 + n), 'delivered'),
-    );
-    await insertRecords(api.store, since);
-    await api.store.partitions.list({ fresh: true });
-    const all = [...legacy, ...since];
-
-    const newestFirst = (list: MessageDoc[]) =>
-      list
-        .map((d) => `${d._id} ${d.state}`)
-        .sort()
-        .reverse();
-    const readable = async (list: MessageDoc[], when: string) => {
-      const listed = async (query = '') =>
-        (await client.get<MessageView[]>(`/messages?limit=100${query}`)).body.map(
-          (m) => `${m.id} ${m.state}`,
-        );
-      t.deepEqual(await listed(), newestFirst(list), when);
-      t.deepEqual(await listed('&state=dlq'), newestFirst(list.filter((d) => d.state === 'dlq')), when);
-      for (const doc of list) {
-        t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state, when);
-        const body = bodies.get(doc._id);
-        if (body) t.is(await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(), body, when);
-      }
-    };
-    await readable(all, 'unlisted');
-
-    // housekeeping lists each hourly record partition in a listing partition of its own hour
-    const report = await defaultHousekeeping(api.store, now).runOnce();
-    const hourlyRecordPartitions = new Set(
-      legacy.map((d) => legacyPartitionOf(d.state === 'dlq' ? 'dlq' : 'history', d._id)),
-    );
-    t.is(report.listed, hourlyRecordPartitions.size);
-    t.true((await collectionNames(api.store)).has(legacyPartitionOf('dlq_list', legacy[0]!._id)));
-    await api.store.partitions.list({ fresh: true });
-    await readable(all, 'listed');
-
-    // a replay takes a dead letter out of its hourly partition; delivered, it goes to its day's
-    const dead = legacy[3]!;
-    const restored = await restoreRecord(api.store, dead, 'test-owner', 60_000);
-    t.truthy(restored);
-    t.true(await deliverAsOwner(api.store, restored!));
-    t.is(
-      await db.collection(legacyPartitionOf('dlq', dead._id)).countDocuments({ _id: dead._id as never }),
-      0,
-    );
-    t.is(await db.collection(partitionOf('history', dead._id)).countDocuments({ _id: dead._id as never }), 1);
-    await readable(
-      all.map((d) => (d === dead ? { ...d, state: 'delivered' as const } : d)),
-      'replayed',
-    );
-
-    // retention drops the hourly partitions with the days they belong to
-    const later = await defaultHousekeeping(api.store, now + 32 * DAY).runOnce();
-    const left = [...(await collectionNames(api.store))].filter((name) => /_\d{8}(\d\d)?(\.|$)/.test(name));
-    t.deepEqual(left, [], later.dropped.join());
-    for (const doc of all) t.is((await client.get(`/messages/${doc._id}`)).status, 404);
   },
 );

@@ -111,3 +111,24 @@ test('the layout version is recorded at startup; a database recorded as newer is
   );
   t.like(await meta.findOne({ _id: 'layout' }), { version: LAYOUT_VERSION + 1 }, 'left as it was');
 });
+
+test('a database that holds what an earlier layout wrote is refused with one clear line, nothing made in it', async (t) => {
+  const uri = `${(await databaseUri()).replace(/\/$/, '')}/${freshDbName('earlier')}`;
+  const store = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
+  t.teardown(async () => {
+    await store.db.dropDatabase().catch(() => {});
+    await store.close();
+  });
+  await store.db.createCollection('history_2026110312'); // the hourly layout's records
+  const { code, output } = await runToExit(
+    ['--mongodb-uri', uri, '--http-port', '0', '--smtp-port', '0'],
+    {},
+  );
+  t.is(code, 1);
+  t.regex(
+    output,
+    /holds 1 collection of an earlier layout \(history_2026110312\), of a layout this build no longer reads: run build \w+ on it until/,
+  );
+  const names = (await store.db.listCollections({}, { nameOnly: true }).toArray()).map((c) => c.name);
+  t.deepEqual(names, ['history_2026110312'], 'no index, no collection, no version made');
+});
