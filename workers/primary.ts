@@ -21,14 +21,15 @@ const SAME_SIGNAL_MS = 1000;
 const PARENT_CHECK_MS = 500;
 
 // Workers start from V8's code cache of our modules and their dependencies (TypeScript already
-// stripped): loading them took 700 ms cold and 430 ms from the cache, and a worker that replaces a
-// dead one listens that much sooner. The workers inherit this environment.
+// stripped), so that a worker that replaces a dead one listens sooner
+// (docs/decisions/0020-fast-worker-start.md). The workers inherit this environment.
 process.env.NODE_COMPILE_CACHE ||= path.join(os.tmpdir(), 'node-compile-cache');
 // glibc serves an allocation from its arenas, not its own mapping, once it is under a threshold
 // that rises to the largest block freed so far (up to 32 MB): after one large message, the
 // megabyte buffers of the next ones (socket reads, zlib, the driver's, the parser's) stayed in the
 // arenas when freed, and a worker never came back down from its largest burst. A fixed threshold
-// gives every block over 128 KB back to the system when it is freed. An operator's own setting wins.
+// gives every block over 128 KB back to the system when it is freed
+// (docs/decisions/0019-large-message-memory.md). An operator's own setting wins.
 process.env.MALLOC_MMAP_THRESHOLD_ ||= String(128 * 1024);
 
 const config = loadConfigOrExit();

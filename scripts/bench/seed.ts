@@ -1,5 +1,5 @@
 // A history of final messages written in bulk, as the service itself would have archived them
-// (records in their hourly partitions, compressed raw bytes beside them): for benchmarks that
+// (records in their daily partitions, compressed raw bytes beside them): for benchmarks that
 // measure the service with months of mail behind it, and for tests of retention and listings.
 import { accept, deliveryStep, messageStep, newDelivery, route } from '../../src/lifecycle/lifecycle.ts';
 import { insertRecords } from '../../src/store/history.ts';

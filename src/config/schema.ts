@@ -141,8 +141,8 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 /**
  * Half the cores: a worker's event loop is only part of the CPU a message costs. Its parse threads
  * (its share of the cores less one) and, on one machine, the database take the rest, and every
- * worker more splits the batched writes into smaller ones: on 2 cores, one worker delivered
- * smtp-source's 10 KB messages with about 30% less CPU per message than two (docs/BENCHMARKS.md).
+ * worker more splits the batched writes into smaller ones
+ * (docs/decisions/0007-one-worker-per-two-cores.md).
  */
 export function defaultWorkers(): number {
   return Math.max(1, Math.floor(os.availableParallelism() / 2));

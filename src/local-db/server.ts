@@ -57,10 +57,10 @@ const FERRETDB_POOL_MAX_CONNS = FERRETDB_PG_CONNECTIONS + 10;
 /**
  * FerretDB 1.24 sends a lookup by id as `_jsonb->'_id' @> $1`, which the btree index it creates
  * cannot serve: every `{_id: X}` (and every fenced write, which starts with one) scans the table.
- * In a database of our own, an event trigger gives every table FerretDB creates, the hourly
- * history partitions included, a GIN index on exactly that expression (a scan of 100,000 records,
- * 214 ms, becomes 2.5 ms), and custom plans make statements FerretDB prepared before the index
- * existed use it too. FerretDB does not know the index is there; it goes with its table.
+ * In a database of our own, an event trigger gives every table FerretDB creates, every partition
+ * included, a GIN index on exactly that expression (docs/decisions/0022-id-index-for-our-ferretdb.md),
+ * and custom plans make statements FerretDB prepared before the index existed use it too. FerretDB
+ * does not know the index is there; it goes with its table.
  */
 const ID_INDEXES = [
   `CREATE FUNCTION mailroute_index_id() RETURNS event_trigger LANGUAGE plpgsql AS $$
@@ -184,10 +184,8 @@ export function findExecutable(name: string, extraDirs: string[] = []): string |
 
 /**
  * Go's collector target for the FerretDB we start. FerretDB converts every document it reads or
- * writes between BSON, its own types and SQL, and at Go's default (GOGC=100) its collector ran so
- * often that the end-to-end benchmark's database CPU per message was 1.40-1.49 ms, against
- * 1.11-1.24 ms at 400 (peak RSS 54-64 MB against 43-46, and 282-308 against 158-169 in the history
- * benchmark; 800, and no collector but a memory limit, did no better).
+ * writes between BSON, its own types and SQL, and at Go's default (GOGC=100) its collector took
+ * about a fifth of its CPU per message, for less memory (docs/decisions/0013-ferretdb-gogc-400.md).
  */
 const FERRETDB_GOGC = '400';
 
@@ -195,8 +193,7 @@ const FERRETDB_GOGC = '400';
  * Go's processors for the FerretDB we start over SQLite: half the cores, at least one (the service
  * takes the other half, as WORKERS does). SQLite runs inside FerretDB's process and writes one
  * transaction at a time, so more processors add little but Go's hand-offs of goroutines between
- * threads, each a wake-up: on 2 cores, one processor took FerretDB's CPU per message in the
- * end-to-end benchmark from 2.1-2.95 ms to 1.77-2.23 (docs/BENCHMARKS.md, tenth round). Over
+ * threads, each a wake-up (docs/decisions/0014-ferretdb-gomaxprocs.md). Over
  * PostgreSQL the SQL runs in PostgreSQL's processes and FerretDB keeps Go's default.
  */
 function ferretDbProcessors(): string {

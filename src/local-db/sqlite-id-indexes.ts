@@ -1,10 +1,11 @@
 // For a FerretDB over SQLite that our launcher started (the development default): an index on
 // exactly the expression FerretDB's SQL uses for a lookup by id. FerretDB 1.24 turns `{_id: X}` into
 // `WHERE _ferretdb_sjson->'$._id' = ?` but indexes `_ferretdb_sjson->"_id"`, which SQLite cannot
-// match to it: every lookup by id reads the whole table (2.4 s at 100,000 records; 1.7 ms with this
-// index). FerretDB creates a table per collection as it goes (the hourly history partitions), and
-// SQLite has no trigger on CREATE TABLE, so the tables are looked at once a second and each new one
-// gets its index; FerretDB does not know the index is there, and it goes with its table.
+// match to it: every lookup by id reads the whole table
+// (docs/decisions/0022-id-index-for-our-ferretdb.md). FerretDB creates a table per collection as it
+// goes (the daily and hourly partitions), and SQLite has no trigger on CREATE TABLE, so the tables
+// are looked at once a second and each new one gets its index; FerretDB does not know the index is
+// there, and it goes with its table.
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { DatabaseSync } from 'node:sqlite';

@@ -57,11 +57,10 @@ const MIB = 1024 * 1024;
 
 // V8 grows an old generation bounded under 256 MB by a factor of 1.3 after each full collection, as
 // if on a small device, with a floor of 8 MB. Here the bound only stops a MIME bomb: a parse
-// thread holds about 20 MB between messages, and each 10 KB message allocates about 50 KB of
-// ArrayBuffers, which count towards the same limit, so the threads collected their whole heap
-// every 150-200 messages (40 full collections in 8,000 messages). Growing by 4, the factor V8
-// itself gives a heap bounded above 2 GB such as the main thread's, cut that to 10, a parse's CPU by
-// about a sixth, and costs about 60 MB of resident memory per process under load; the bound stays.
+// thread allocates ArrayBuffers with every message, which count towards the same limit, so the
+// threads collected their whole heap every few hundred messages. Growing by 4, the factor V8
+// itself gives a heap bounded above 2 GB such as the main thread's, cuts that to a quarter at the
+// cost of some resident memory; the bound stays (docs/decisions/0006-parse-heap-growth.md).
 // The flag is V8's, for every isolate of the process: the main thread's factor was up to 4 already.
 setFlagsFromString('--heap-growing-percent=300');
 
@@ -71,8 +70,8 @@ setFlagsFromString('--heap-growing-percent=300');
  * every sender waits on those: four round trips and a durable insert per message. A parse is
  * queued work that nobody waits on the moment it runs. On busy cores the scheduler then gives a
  * parse thread about a third of the share of a thread at the process's priority, so the replies go
- * first; on idle cores nothing changes (it is a share, never a cap). The end-to-end benchmark
- * delivered about 3-5% more messages a second, at the same CPU per message (docs/BENCHMARKS.md).
+ * first; on idle cores nothing changes (it is a share, never a cap)
+ * (docs/decisions/0005-parse-threads-nicer.md).
  */
 export const PARSE_THREAD_NICENESS = 5;
 

@@ -116,8 +116,8 @@ function budgetedResolver(request: AuthRequest, deadline: number) {
  * Results of unsigned messages, kept as long as the DNS answers they were made from. Without a
  * signature a message's results depend only on the client, the envelope sender and its From
  * field(s), which mail from one sender repeats in runs; checking such a message again with the same
- * kept answers gives the same results, at about 0.1-0.25 ms of a parse thread's time each (a third of
- * what parsing a 10 KB message costs it). A result resting on a timeout or a server failure
+ * kept answers gives the same results, for a large share of a parse thread's time
+ * (docs/decisions/0018-sender-auth-shortcuts.md). A result resting on a timeout or a server failure
  * (temperror) is never kept. Bounded: the oldest goes first.
  */
 const MAX_RESULTS = 2000;
@@ -164,7 +164,7 @@ export async function authenticateMessage(raw: Buffer, request: AuthRequest): Pr
     const kept = key === undefined ? undefined : results.get(key);
     if (kept && kept.until > Date.now()) return kept.value;
     // an unsigned message's body is read by nothing: its DKIM check finds no signature to hash it
-    // for, and ARC no set; mailauth's verifier still read every byte of it (about 0.1 ms for 10 KB)
+    // for, and ARC no set; mailauth's verifier still read every byte of it (docs/decisions/0018)
     const input = header.signed ? raw : raw.subarray(0, header.end);
     const outcome = await authenticate(input, {
       ip: request.ip,

@@ -20,8 +20,8 @@ lowerOwnPriority(niceness);
 /**
  * A task of this many raw bytes or more ends with a full collection. A thread collects only when it
  * allocates, and between tasks piscina blocks it in Atomics.wait: one that fell idle after a large
- * message kept everything that message left behind (its raw bytes, the parser's buffers: 100-150
- * MB of resident memory for 25 MB) until its next one. The raw bytes are let go by then
+ * message kept everything that message left behind (its raw bytes, the parser's buffers) until
+ * its next one (docs/decisions/0019-large-message-memory.md). The raw bytes are let go by then
  * (parseMessage empties `input.raw`). About 10-30 ms of this thread, once per large message.
  */
 export const COLLECT_AFTER_BYTES = 1024 * 1024;

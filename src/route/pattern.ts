@@ -21,8 +21,9 @@ export type PatternResult = { ok: true; value: ParsedPattern } | { ok: false; re
 export const MAX_PATTERN_LENGTH = 256;
 
 const RECHECK_TIMEOUT_MS = 2000;
-// recheck is loaded by the first regex pattern checked, not with this module: it is 150 ms of a
-// worker's start (and of a standby's replacing a dead worker) for a check that only route writes make
+// recheck is loaded by the first regex pattern checked, not with this module: loading it is a
+// measurable part of a worker's start (docs/decisions/0020-fast-worker-start.md) for a check that
+// only route writes make
 const require = createRequire(import.meta.url);
 let recheck: typeof import('recheck') | undefined;
 const LINEAR_ENGINE_REFUSAL = 'Cannot be executed in linear time';

@@ -35,9 +35,8 @@ const MAX_RESTART_DELAY_MS = 10_000;
 const STANDBY_RESTART_MS = 1000;
 /**
  * The scheduling priority of a worker while it starts, until it is prepared: on busy cores a
- * starting worker (a standby, a replacement) otherwise gets the share of a serving one, and took
- * 3-4 s to be ready where it needs 0.5 s of CPU (1.5-2.6 s at nice -5, 0.8-1.7 s at -10, under the
- * worker-kill drill). Raising a priority needs the privilege to (root, CAP_SYS_NICE); without it,
+ * starting worker (a standby, a replacement) otherwise gets the share of a serving one, and is
+ * ready seconds later than its CPU needs (docs/decisions/0020-fast-worker-start.md). Raising a priority needs the privilege to (root, CAP_SYS_NICE); without it,
  * workers start at the usual priority. Only workers started once the service is ready are raised
  * (see `fork`).
  */

@@ -10,10 +10,10 @@ const MIN_CHUNK = 1024;
 const MAX_CHUNK = 4 * 1024 * 1024;
 /**
  * Up to this many bytes (before compression), raw bytes and listing summaries are compressed, and
- * summaries decompressed, on the event loop: zlib's asynchronous path costs 0.17-0.25 ms of CPU
- * per call whatever the size (a new stream and zlib state, a thread-pool round trip), while 10 KB
- * of mail compresses inline in 20-30 µs once warm (Node 24, this machine; 1 KB to decompress: 0.68
- * ms against 0.02), and 128 KB in about 0.4 ms. Above it, the loop is never held for longer.
+ * summaries decompressed, on the event loop: zlib's asynchronous path costs more CPU per call,
+ * whatever the size (a new stream and zlib state, a thread-pool round trip), than compressing a
+ * small message inline; above it the loop is never held for longer
+ * (docs/decisions/0017-gzip-on-the-event-loop.md).
  */
 const INLINE_MAX = 128 * 1024;
 

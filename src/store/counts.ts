@@ -3,10 +3,10 @@
 // - the working set (what is in flight: `messages`, and the intakes' messages that have not left
 //   them, intake.ts) by state: one aggregation, and the intakes read whole;
 // - the messages parked for a retry (parking.ts), counted per `retry_<day>` partition, as failed;
-// - the dead letter queue: the documents of the `dlq_<hour>` partitions, counted per partition
+// - the dead letter queue: the documents of the `dlq_<day>` partitions, counted per partition
 //   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
-// Delivered records are history, not a figure of "now": their rate is a counter's job
-// (mailroute_webhook_attempts_total), and counting every history partition would grow without bound.
+// Delivered records are the archive, not a figure of "now": their rate is a counter's job
+// (mailroute_webhook_attempts_total), and counting every archive partition would grow without bound.
 import { MESSAGE_STATES, type MessageStateName } from '../lifecycle/tables.ts';
 import { readIntakes } from './intake.ts';
 import type { Store } from './mongo.ts';

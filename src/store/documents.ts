@@ -76,7 +76,7 @@ export interface InlineRaw {
   size: number;
 }
 
-/** `raw_<hour>`: a message's raw bytes up to 4 MB (raw.ts). */
+/** `raw_<day>`: a message's raw bytes up to 4 MB (raw.ts). */
 export interface RawDocument {
   /** the message id */
   _id: string;

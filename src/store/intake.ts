@@ -3,9 +3,9 @@
 // start>`; a quarter of LEASE_TIME, at most 2 s; on FerretDB in a database of their own,
 // Connection.intakeDb), written only by inserts and dropped whole once
 // every message in it has departed. FerretDB 1.24 runs each removal of a document as a read and a
-// write transaction of its own: 0.7-2 ms of its CPU per document over SQLite, about a third of what
-// a message cost it, each holding SQLite's one writer while the next sender's insert waited.
-// Dropping a collection costs the same whatever it holds.
+// write transaction of its own, each holding SQLite's one writer while the next sender's insert
+// waited; dropping a collection costs the same whatever it holds
+// (docs/decisions/0001-intake-collections.md, 0003-separate-intake-database.md).
 //
 // A message departs its intake when its final record is stored (history.ts), or at its first
 // other write (a retry's release, a lease renewal, a failure): it then moves into `messages` at the
@@ -50,8 +50,8 @@ const isMarker = (doc: IntakeDocument): doc is DepartureMarker => 'departed' in 
 /**
  * A quarter of the lease, so that a live owner has dropped a span long before it could look stale,
  * and at most 2 s: a listing reads the intakes whole, and an intake is dropped only after its span
- * has ended (at 60 messages a second, 5 s spans put the first pages after a burst at 60-70 ms,
- * p99; 1 s and 2 s spans under 50).
+ * has ended, so longer spans make the first pages after a burst slower
+ * (docs/decisions/0003-separate-intake-database.md).
  */
 export function intakeSpanMs(leaseMs: number): number {
   return Math.max(250, Math.min(2000, Math.floor(leaseMs / 4)));

@@ -3,8 +3,8 @@
 // the plain profile, every flag off: indexes serve every filter. FerretDB 1.24 (the development
 // default and the tests' server) reads a whole collection for any filter but exactly `{_id: X}`
 // (../shared/FERRETDB.md), so its profile turns on the deviations that keep every read bounded.
-// README ("Backend profiles") tables each flag with its reason; store modules read the flags,
-// never the server's name.
+// ARCHITECTURE.md tables what each flag changes, and docs/decisions/ has a page per flag with its
+// measured reason; store modules read the flags, never the server's name.
 
 export type ProfileName = 'mongodb' | 'ferretdb';
 /** STORAGE_PROFILE: `auto` detects the server from `buildInfo` */

@@ -76,8 +76,8 @@ const INTAKE_SUMMARY: ReadonlySet<string> = new Set(SUMMARY_FIELDS.filter((key) 
  * An accepted message as its intake keeps it: the fields of INTAKE_FIELDS, the rest of the summary
  * packed as one BSON value, and everything else (history, envelope, client, deliveries, ...) as
  * another. FerretDB converts every field of every document it writes, and the insert of the
- * accepted messages is what each sender waits on for its 250: FerretDB's CPU per message in the
- * end-to-end benchmark went from 0.26-0.27 ms to 0.22-0.23 (docs/BENCHMARKS.md).
+ * accepted messages is what each sender waits on for its 250
+ * (docs/decisions/0015-packed-documents.md).
  */
 export type IntakeRecord = Pick<MessageDoc, '_id' | 'state' | 'version' | 'lease_epoch'> &
   Partial<Pick<MessageDoc, 'lease_owner' | 'raw'>> & { summary: Binary; detail: Binary };

@@ -91,8 +91,8 @@ async function storeRecords(
  * listing entries, and then their removals from the working set). Nobody waits for the move: the
  * webhook has been posted, and readers see the working-set copy until then. Batches of a few
  * records made a command per record and a listing entry set per few summaries, and a listing's
- * first page after a burst reads every such set of the hour; see ARCHITECTURE.md. The API shows
- * the final state that much later (openapi.yaml, GET /messages/{id}).
+ * first page after a burst reads every such set of the hour (docs/decisions/0009-write-batches.md).
+ * The API shows the final state that much later (openapi.yaml, GET /messages/{id}).
  */
 export const ARCHIVE_LINGER_MS = 400;
 /** Most final records in one batch (and so in one listing entry set). */
@@ -103,8 +103,7 @@ export const RECORD_BATCH_MAX = 256;
  * each kind is in flight at a time: the writes that come meanwhile go together in the next one.
  * FerretDB spends about a millisecond of CPU on every command (over SQLite, a transaction and its
  * commit each), and SQLite runs one write at a time anyway; with four in flight, 16 SMTP sessions
- * made batches of one. One at a time took the end-to-end benchmark from 4.0 to 3.0 database
- * commands per delivered message (see docs/BENCHMARKS.md).
+ * made batches of one (docs/decisions/0009-write-batches.md).
  */
 export function buildWrites(connection: Connection): StoreWrites {
   return Object.freeze({
@@ -143,9 +142,9 @@ export function buildWrites(connection: Connection): StoreWrites {
       (name) =>
         new Batcher({
           maxInFlight: 2,
-          // a full linger's records under load (about 280 at 700 msg/s): a batch costs four
-          // commands (raw bytes, listing entries, records, departures) whatever its size, and at
-          // 64 it was 40% of the end-to-end bench's commands. 256 raw documents stay under 4 MB.
+          // about a full linger's records under load: a batch costs four commands (raw bytes,
+          // listing entries, records, departures) whatever its size
+          // (docs/decisions/0009-write-batches.md). 256 raw documents stay under 4 MB.
           maxBatch: RECORD_BATCH_MAX,
           lingerMs: ARCHIVE_LINGER_MS,
           flush: (batch) => storeRecords(connection, name, batch),
