@@ -242,6 +242,19 @@ async function outageCase(
     const drain = drainFigures(arrivals, build.failed, firstDueAt, lastDueAt);
     await h.stopBenchService(running);
     running = undefined;
+
+    // 5. the same number dead-lettered, then replayed with POST /messages/retry
+    running = await h.startBenchService(h.sink, h.workers, {
+      database,
+      dbName,
+      // one retry a second after the first attempt: each message is dead-lettered within seconds
+      env: { ...env, RETRY_DELAYS: '1s' },
+    });
+    await down.setStatus(503);
+    const replayed = await replayDeadLetters(h, running, down, size);
+    await h.stopBenchService(running);
+    running = undefined;
+    h.log(`outage ${backend} ${profile} ${size}: ${JSON.stringify(replayed)}`);
     const ratio = (a: number, b: number) => (b > 0 ? round(a / b, 3) : Number.NaN);
     return {
       backend,
@@ -263,6 +276,8 @@ async function outageCase(
         busyCores,
       },
       drainRatio: ratio(drain.perSecond, noBacklogFresh.deliveredPerSecond),
+      replay: replayed,
+      replayRatio: ratio(replayed.perSecond, noBacklogFresh.deliveredPerSecond),
     };
   } finally {
     if (running) await running.service.stop('SIGKILL');
@@ -371,6 +386,62 @@ async function buildBacklog(h: OutageHarness, running: RunningService, down: Sin
 }
 
 /**
+ * Step 5: `size` messages to the down route until the `mailroute_dlq_messages` gauge counts them all
+ * (each failed twice), then the receiver answers 200 and POST /messages/retry replays them, a page
+ * of 1,000 per call, until a call matches none: messages per second from the first call to the
+ * last delivery, and the calls' own time.
+ */
+async function replayDeadLetters(h: OutageHarness, running: RunningService, down: Sink, size: number) {
+  await h.runSmtpSource(h.tools, running.service.smtpPort, {
+    ...OUTAGE.load,
+    total: size,
+    domain: DOWN_DOMAIN,
+    timeoutMs: Math.max(600_000, size * 100),
+  });
+  const deadline = now() + Math.max(600_000, size * 50);
+  let dead = await gauge(h, running, 'mailroute_dlq_messages');
+  while (dead < size && now() < deadline) {
+    await sleep(2000);
+    dead = await gauge(h, running, 'mailroute_dlq_messages');
+  }
+  await down.take();
+  await down.setStatus(200);
+  const startedAt = now();
+  let calls = 0;
+  let requeued = 0;
+  for (;;) {
+    const response = await request(h, running, 'POST', '/messages/retry', {
+      state: 'dlq',
+      domain: DOWN_DOMAIN,
+      limit: 1000,
+    });
+    if (response.status !== 200)
+      throw new Error(`POST /messages/retry: ${response.status} ${await response.text()}`);
+    const answer = (await response.json()) as { matched: number; requeued: number };
+    calls++;
+    requeued += answer.requeued;
+    if (answer.matched === 0) break;
+  }
+  const callsSeconds = (now() - startedAt) / 1000;
+  await h.awaitDeliveries(down, requeued, OUTAGE.quietMs, 600_000 + size * 100);
+  const arrivals = await down.take();
+  const first = new Map<number, number>();
+  for (const [seq, at] of arrivals) if (!first.has(seq) || first.get(seq)! > at) first.set(seq, at);
+  const lastAt = Math.max(...first.values());
+  const seconds = (lastAt - startedAt) / 1000;
+  return {
+    deadLettered: dead,
+    requeued,
+    delivered: first.size,
+    duplicated: arrivals.length - first.size,
+    calls,
+    callsSeconds: round(callsSeconds),
+    seconds: round(seconds),
+    perSecond: first.size && seconds > 0 ? round(first.size / seconds) : 0,
+  };
+}
+
+/**
  * CPU seconds per second of each group of processes from now until the returned function is
  * called: cores kept busy (with PostgreSQL, every PostgreSQL process on the machine).
  */
@@ -390,10 +461,15 @@ function busyMeter(groups: Record<string, () => number[]>): () => Record<string,
   };
 }
 
-/** The `mailroute_retries_scheduled` gauge (cached 5 s by the service). */
-async function retriesScheduled(h: OutageHarness, running: RunningService): Promise<number> {
+/** A gauge of the service's /metrics (the store's are cached 5 s by the service). */
+async function gauge(h: OutageHarness, running: RunningService, name: string): Promise<number> {
   const text = await (await request(h, running, 'GET', '/metrics')).text();
-  return Number(/^mailroute_retries_scheduled (\d+)/m.exec(text)?.[1] ?? 0);
+  return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+}
+
+/** The `mailroute_retries_scheduled` gauge. */
+function retriesScheduled(h: OutageHarness, running: RunningService): Promise<number> {
+  return gauge(h, running, 'mailroute_retries_scheduled');
 }
 
 /** The backlog's deliveries once the receiver answered again. */
@@ -525,6 +601,9 @@ type Case = {
     busyCores?: Record<string, number>;
   };
   drainRatio: number;
+  /** absent in figures from before step 5 */
+  replay?: Awaited<ReturnType<typeof replayDeadLetters>>;
+  replayRatio?: number;
 };
 
 export function renderOutage(results: Record<string, unknown>): string {
@@ -554,8 +633,8 @@ export function renderOutage(results: Record<string, unknown>): string {
       ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (other engineers' work); the ratios compare figures of the same case, minutes apart, but are noisy. Rerun on a quiet machine.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
     '',
-    '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | tail: waiting at last due, s after, msg/s | cores busy in the drain: service, database |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s) | replay / fresh (target ≥ 0.5) |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const c of cases) {
     if (c.error) {
@@ -565,7 +644,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.waitingAtLastDue}, ${d.lagAfterLastDueSeconds}, ${shown(d.tailPerSecond)} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${c.replay ? `${c.replay.perSecond} (${c.replay.calls}, ${c.replay.callsSeconds})${c.replay.delivered < c.replay.deadLettered ? `, ${c.replay.delivered}/${c.replay.deadLettered} delivered` : ''}` : '-'} | ${c.replayRatio === undefined ? '-' : `${shown(c.replayRatio)} ${verdict(c, c.replayRatio >= OUTAGE_TARGETS.drain && c.replay!.delivered >= c.backlog)}`} |`,
     );
   }
   lines.push(
