@@ -126,7 +126,7 @@ export interface Ownership {
   version: number;
   /**
    * performance.now() until which no other process can have claimed the message: its lease (the
-   * `due_at` the owner last wrote) had more than half its time left. See admit in fencing.ts.
+   * `due_at` the owner last wrote) had more than half its time left. See confirmOwners in fencing.ts.
    */
   heldUntil?: number;
 }
