@@ -15,6 +15,7 @@ import {
   startService,
 } from '../../scripts/service-process.ts';
 import { databaseFor } from '../_support/pipeline.ts';
+import { alive } from '../_support/processes.ts';
 
 const VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
@@ -37,15 +38,6 @@ function descendants(pid: number): number[] {
       }
   }
   return found;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function allGone(pids: readonly number[], timeoutMs: number): Promise<number[]> {
