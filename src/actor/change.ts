@@ -1,7 +1,7 @@
 // What one fenced write of an actor does to its message, as data: the fields it sets and removes
 // and the history and attempts it appends. Decisions (decisions.ts) return these; the actor merges
 // the ones it holds back into its next write and applies each to its copy of the document.
-import type { HistoryEntry, MessageState } from '../lifecycle/lifecycle.ts';
+import type { MadeHistoryEntry, MessageState } from '../lifecycle/lifecycle.ts';
 import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/queue.ts';
 
 /**
@@ -11,7 +11,7 @@ import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/queue.ts';
 export interface Change {
   set?: Partial<Omit<MessageDoc, 'history' | 'attempts' | 'state'>> & { state?: MessageState };
   unset?: Array<'due_at' | 'lease_owner'>;
-  history?: HistoryEntry[];
+  history?: MadeHistoryEntry[];
   attempts?: AttemptRecord[];
 }
 

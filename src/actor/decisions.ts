@@ -15,6 +15,7 @@ import {
   route,
 } from '../lifecycle/lifecycle.ts';
 import { type DeliveryEvent, FOLLOWS_DELIVERIES } from '../lifecycle/tables.ts';
+import type { MessageHeadline } from '../parse/payload.ts';
 import type { DeliveryPlan } from '../route/plan.ts';
 import type { AttemptRecord, DeliveryDoc, MessageDoc, ReplayTarget, StoredAuth } from '../store/queue.ts';
 import { type Change, releaseChange } from './change.ts';
@@ -131,25 +132,25 @@ export function decidePoolFailure(at: Date): Change {
   return { set: { due_at: new Date(at.getTime() + parseRetryDelayMs(1)) }, unset: ['lease_owner'] };
 }
 
-export interface ParsedSummary {
-  summary: { message_id: string; from: string; subject: string };
+export interface ParsedHeadline {
+  headline: MessageHeadline;
   auth?: StoredAuth;
 }
 
 /**
- * Parsed and routed: the summary the record shows, the deliveries the plan gives (each created
+ * Parsed and routed: the headline the record shows, the deliveries the plan gives (each created
  * routed, with its history entry), and the message's state from them. No delivery at all: dlq.
  */
 export function decideRouting(
   doc: Pick<MessageDoc, 'auth'>,
-  parsed: ParsedSummary,
+  parsed: ParsedHeadline,
   plan: DeliveryPlan,
   at: Date,
 ): { change: Change; routed: boolean } {
   const set: Change['set'] = {
-    message_id: storable(parsed.summary.message_id),
-    from: storable(parsed.summary.from),
-    subject: storable(parsed.summary.subject),
+    message_id: storable(parsed.headline.message_id),
+    from: storable(parsed.headline.from),
+    subject: storable(parsed.headline.subject),
     // computed once per message: stored with the parse outcome, sent as stored ever after
     ...(parsed.auth && !doc.auth ? { auth: storableAuth(parsed.auth) } : {}),
   };

@@ -11,7 +11,7 @@ export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired'
 /**
  * A failed message whose owner still holds its lease (its other deliveries are being attempted):
  * being worked on, like one this process drives. Every claim, a replay's too, waits for the lease
- * (the owner's writes rely on it; see admit in src/store/fencing.ts).
+ * (the owner's writes rely on it; see confirmOwners in src/store/fencing.ts).
  */
 function heldByOwner(doc: MessageDoc): boolean {
   return doc.lease_owner !== undefined && (doc.due_at?.getTime() ?? 0) > Date.now();

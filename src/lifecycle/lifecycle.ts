@@ -24,23 +24,26 @@ export type MessageState = MessageStateName & { readonly [MESSAGE_STATE]: true }
 /** A delivery's state as stored: readable as its name, made only here. */
 export type DeliveryState = DeliveryStateName & { readonly [DELIVERY_STATE]: true };
 
-/** One line of a message's history, made only with the step that reaches its state. */
-export type HistoryEntry = {
-  readonly state: MessageStateName | DeliveryStateName;
-  readonly at: Date;
-  readonly detail?: string;
+/** One line of a message's history, as stored and read. */
+export interface HistoryEntry {
+  state: MessageStateName | DeliveryStateName;
+  at: Date;
+  detail?: string;
   /** the delivery (its id, sent as webhook-id) this entry belongs to, when it is about one */
-  readonly delivery?: string;
-} & { readonly [HISTORY_ENTRY]: true };
+  delivery?: string;
+}
+
+/** A history entry as written: made only with the step that reaches its state. */
+export type MadeHistoryEntry = Readonly<HistoryEntry> & { readonly [HISTORY_ENTRY]: true };
 
 export interface MessageStep {
   readonly state: MessageState;
-  readonly entry: HistoryEntry;
+  readonly entry: MadeHistoryEntry;
 }
 
 export interface DeliveryStep {
   readonly state: DeliveryState;
-  readonly entry: HistoryEntry;
+  readonly entry: MadeHistoryEntry;
 }
 
 /** A transition the tables do not allow: a programming error, not an outage. */
@@ -62,14 +65,14 @@ function entry(state: MessageStateName | DeliveryStateName, at: Date, detail?: s
     at,
     ...(detail !== undefined ? { detail } : {}),
     ...(delivery !== undefined ? { delivery } : {}),
-  } as HistoryEntry;
+  } as MadeHistoryEntry;
 }
 
 /**
  * The state and history of a message just stored: accepted, then queued (both hold once the insert
  * is durable, which is when the sender is told 250).
  */
-export function accept(at: Date, detail?: string): { state: MessageState; history: HistoryEntry[] } {
+export function accept(at: Date, detail?: string): { state: MessageState; history: MadeHistoryEntry[] } {
   const queued = messageStep('accepted', 'enqueue', at);
   return { state: queued.state, history: [entry('accepted', at, detail), queued.entry] };
 }

@@ -1,5 +1,5 @@
 // The stable event names the service logs (field `event`). Operators alert on these; renaming one
-// is a breaking change.
+// is a breaking change. README's table of events lists exactly these (test/unit/log-events.test.ts).
 export const EVENTS = Object.freeze({
   serviceReady: 'service.ready',
   serviceStopping: 'service.stopping',
@@ -25,6 +25,10 @@ export const EVENTS = Object.freeze({
   deliveryFailed: 'delivery.failed',
   deliveryDeadLettered: 'delivery.dlq',
   leaseTakenOver: 'lease.taken_over',
+  /** a message's actor found its lease taken by another owner and stopped (a normal race) */
+  leaseLost: 'lease.lost',
+  /** a message's actor failed unexpectedly; the message is released for another try */
+  actorFailed: 'actor.failed',
   /** an endpoint paused (by the breaker after consecutive failures, or by an operator) */
   endpointPaused: 'endpoint.paused',
   /** a paused endpoint resumed (a probe succeeded, or an operator) */

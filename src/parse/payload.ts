@@ -63,7 +63,8 @@ export interface DeliveryBody {
   /** content-type, webhook-id, webhook-timestamp and, with a secret, both signatures */
   headers: Record<string, string>;
 }
-export interface MessageSummary {
+/** The three header fields the message record shows once its message is parsed. */
+export interface MessageHeadline {
   message_id: string;
   from: string;
   subject: string;
@@ -72,7 +73,7 @@ export type Unparseable = { ok: false; code: 'unparseable'; message: string };
 export type ParseOutput =
   | {
       ok: true;
-      summary: MessageSummary;
+      headline: MessageHeadline;
       bodies: DeliveryBody[];
       defects: string[];
       /** the sender authentication the payload carries (computed here when it was asked to check) */
@@ -168,7 +169,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   const headers = headersObject(fields);
   const first = (name: string): HeaderField | undefined => fields.find((field) => field.name === name);
   const fromHeader = first('from');
-  const summary: MessageSummary = {
+  const headline: MessageHeadline = {
     // "as written": unfolded and trimmed, not decoded (a Message-ID has no encoded-words)
     message_id: first('message-id')?.raw ?? '',
     from: (fromHeader && firstAddress(fromHeader.raw)) || input.envelope.mail_from,
@@ -200,10 +201,10 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
   // recipients in both `to` and `rcpt_to`: the other recipients (Bcc, other routes, other domains)
   // are none of its receiver's business.
   const textLength = textBody.length + htmlBody.length;
-  const head = `{"message_id":${json(summary.message_id)},"from":${json(summary.from)},"to":`;
+  const head = `{"message_id":${json(headline.message_id)},"from":${json(headline.from)},"to":`;
   const shared: BodyPart[] = [
     // strings, written straight into each body (assemble): the text is not encoded twice over
-    `,"subject":${json(summary.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
+    `,"subject":${json(headline.subject)},"text_body":${json(textBody)},"html_body":${json(htmlBody)}` +
       `,"headers":${json(headers)},"attachments":[`,
     ...attachmentsParts(mail.attachments, input.attachments, textLength),
     `],"envelope":{"mail_from":${json(input.envelope.mail_from)},"rcpt_to":`,
@@ -233,7 +234,7 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     : undefined;
   return {
     ok: true,
-    summary,
+    headline,
     bodies,
     defects: [...defects],
     ...(auth ? { auth } : {}),

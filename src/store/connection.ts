@@ -24,7 +24,7 @@ export interface Connection {
    * seconds cost the delivered rate a fifth. A file of their own also has its own write lock.
    */
   readonly intakeDb: Db;
-  /** the hourly history partitions that exist (see partitions.ts) */
+  /** the history partitions that exist, by the day (see partitions.ts) */
   readonly partitions: PartitionCatalog;
   /** how this database is laid out and read: named flags, one per deviation (profile.ts) */
   readonly profile: BackendProfile;

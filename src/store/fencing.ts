@@ -46,7 +46,7 @@ const holds = (owner: Ownership, fence: Fence | undefined, versionAhead = 0) =>
  * read could only confirm what the owner knows: it is made only past that point. That was a read
  * per delivered message.
  */
-async function admit<Item>(store: Connection, items: Item[], ownerOf: (item: Item) => Ownership) {
+async function confirmOwners<Item>(store: Connection, items: Item[], ownerOf: (item: Item) => Ownership) {
   if (!store.profile.fenceByIdRead) {
     const filter = (owner: Ownership) => ({
       _id: owner.id,
@@ -84,7 +84,7 @@ export function asOwnerWithRetries<T>(owner: Ownership, write: (owner: Ownership
  * command (same epoch, version one past the expected one); false where ownership was lost.
  */
 export async function applyOwnerWrites(store: Connection, writes: OwnerWrite[]): Promise<boolean[]> {
-  const { due, filter } = await admit(store, writes, (write) => write.owner);
+  const { due, filter } = await confirmOwners(store, writes, (write) => write.owner);
   const matched =
     due.length === 0
       ? 0
@@ -109,7 +109,7 @@ export async function applyOwnerWrites(store: Connection, writes: OwnerWrite[]):
  * is still there, at another epoch or version).
  */
 export async function removeAsOwners(store: Connection, owners: Ownership[]): Promise<boolean[]> {
-  const { due, filter } = await admit(store, owners, (owner) => owner);
+  const { due, filter } = await confirmOwners(store, owners, (owner) => owner);
   const deleted =
     due.length === 0
       ? 0

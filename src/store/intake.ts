@@ -216,7 +216,7 @@ interface Span {
   /** the collection, once registered */
   name: Promise<string>;
   failed: boolean;
-  /** messages admitted and not yet departed */
+  /** messages entered and not yet departed */
   outstanding: Set<string>;
   markers?: Batcher<string, undefined>;
 }
@@ -241,7 +241,7 @@ export class Intake {
   }
 
   /** Counts a message in its span, registered first: the collection its insert goes to. */
-  async admit(id: string): Promise<string> {
+  async enter(id: string): Promise<string> {
     const span = this.spanOf(id);
     span.outstanding.add(id);
     try {

@@ -4,7 +4,8 @@
 // final message moves to its history partition (history.ts); the raw bytes are in raw.ts.
 import type { UpdateFilter } from 'mongodb';
 import type {
-  HistoryEntry as MadeHistoryEntry,
+  HistoryEntry,
+  MadeHistoryEntry,
   MessageState as MadeMessageState,
 } from '../lifecycle/lifecycle.ts';
 import type { DeliveryStateName, MessageStateName } from '../lifecycle/tables.ts';
@@ -25,13 +26,7 @@ export interface StoredAuth {
 }
 
 /** As stored and read; written only as made by src/lifecycle/ (see AcceptedMessage, and the actor's Change). */
-export interface HistoryEntry {
-  state: MessageStateName | DeliveryStateName;
-  at: Date;
-  detail?: string;
-  /** the delivery (webhook-id) this entry belongs to, when it is about one */
-  delivery?: string;
-}
+export type { HistoryEntry };
 
 export interface AttemptRecord {
   delivery: string;
@@ -131,7 +126,7 @@ export interface Ownership {
   version: number;
   /**
    * performance.now() until which no other process can have claimed the message: its lease (the
-   * `due_at` the owner last wrote) had more than half its time left. See admit in fencing.ts.
+   * `due_at` the owner last wrote) had more than half its time left. See confirmOwners in fencing.ts.
    */
   heldUntil?: number;
 }

@@ -32,7 +32,7 @@ export async function insertAcceptedMessage(
   if (!intake) return insertIntoMessages(store, doc, refused);
   await retryTransient(
     async () => {
-      const name = await intake.admit(doc._id);
+      const name = await intake.enter(doc._id);
       // the sender was told 451 while the intake was being registered (a stalled database): an
       // insert sent now would land a message the sender will send again, for another process to
       // find and deliver before the 451 clean-up removes it

@@ -1,7 +1,7 @@
 // Fault drills: real load over many SMTP connections to a real receiver, a fault injected, recovery,
 // then the ledger's five invariants. FAULTS_SCALE=long runs the sizes of docs/RELIABILITY.md;
 // the default (short) is what CI runs. Retry delays and leases are scaled down for the drills.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import test, { type ExecutionContext } from 'ava';
@@ -13,6 +13,7 @@ import { ApiClient } from '../_support/http.ts';
 import { checkLedger, drillMessage, type LedgerReport, runLoad } from '../_support/ledger.ts';
 import { mimeBombs } from '../_support/mime-bombs.ts';
 import { databaseFor, routeTo, waitForState } from '../_support/pipeline.ts';
+import { alive, rssMb } from '../_support/processes.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { sendExact, sendRaw } from '../_support/smtp.ts';
 
@@ -23,15 +24,6 @@ const DRILL_ENV = Object.freeze({
   LEASE_TIME: '2s',
   LOG_LEVEL: 'info',
 });
-
-function alive(pid: number): boolean {
-  return existsSync(`/proc/${pid}`);
-}
-
-function rssMb(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
-}
 
 async function drillService(
   t: ExecutionContext,

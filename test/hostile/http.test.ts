@@ -11,6 +11,7 @@ import { ApiClient } from '../_support/http.ts';
 import { checkResponse, openapiDocument } from '../_support/openapi.ts';
 import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
+import { tally } from '../_support/tally.ts';
 
 const KEY = 'k-hostile-4f9a1c7e2b8d6053a1e4c9b7d2f08e6a';
 const DOMAIN = 'hostile.example';
@@ -219,12 +220,6 @@ async function records(): Promise<string> {
     if (answer.status !== 200) throw new Error(`GET ${paths[i]}: ${answer.status} ${answer.text}`);
   }
   return JSON.stringify(answers.map((a) => a.body));
-}
-
-function tally(outcomes: string[]): string {
-  const counts = new Map<string, number>();
-  for (const outcome of outcomes) counts.set(outcome, (counts.get(outcome) ?? 0) + 1);
-  return [...counts].map(([outcome, n]) => `${outcome} ×${n}`).join(', ');
 }
 
 /** The service answers and its worker is the one it started with. */

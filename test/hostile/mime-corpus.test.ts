@@ -205,7 +205,7 @@ test.serial(
     const result = await parseInPool(inputFor(ordinary), 10_000);
     t.is(outcomeOf(result), 'ok');
     if (typeof result === 'object' && !(result instanceof Error) && result.ok) {
-      t.is(result.summary.subject, 'still here');
+      t.is(result.headline.subject, 'still here');
     }
 
     // one row per class, for docs/RELIABILITY.md

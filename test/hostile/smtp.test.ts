@@ -1,11 +1,9 @@
-// Hostile SMTP clients against the real service: early talkers, overlong lines, bare CR and LF,
-// end-of-data tricks, a connection flood, slow drips, and commands an inbound MX must not honour.
-// Every test is serial: they count stored messages, and the flood fills the connection limit.
-import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import test, { type ExecutionContext } from 'ava';
 import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
+import { rssMb } from '../_support/processes.ts';
 import { SmtpDialog, sendRaw } from '../_support/smtp.ts';
+import { smtpReplyHead, tally } from '../_support/tally.ts';
 import { waitUntil } from '../_support/wait.ts';
 
 const MAX_CONNECTIONS = 500;
@@ -101,21 +99,8 @@ function converse(
   });
 }
 
-function rssMb(pid: number): number {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!match) throw new Error(`no VmRSS for ${pid}`);
-  return Number(match[1]) / 1024;
-}
-
 /** Counts answers by their first words, for the summaries docs/RELIABILITY.md quotes. */
-function tally(answers: string[]): string {
-  const counts = new Map<string, number>();
-  for (const answer of answers) {
-    const key = answer.replace(/^(\d{3}(?: [245]\.\d+\.\d+)?).*$/s, '$1') || '(nothing)';
-    counts.set(key, (counts.get(key) ?? 0) + 1);
-  }
-  return [...counts].map(([key, n]) => `${key} ×${n}`).join(', ');
-}
+const tallyReplies = (answers: readonly string[]) => tally(answers, smtpReplyHead);
 
 /** The worker is the one it was at the start: nothing has crashed and been replaced. */
 function assertWorkerSurvived(t: ExecutionContext): void {
@@ -158,7 +143,7 @@ test.serial('commands sent before the greeting are answered 421 and nothing is s
     t.true(closed, `${name}: the connection stayed open`);
   }
   t.is(await messageCount(t), before);
-  t.log(`early talkers: ${EARLY_TALKERS.length} cases → ${tally(answers)}; stored 0`);
+  t.log(`early talkers: ${EARLY_TALKERS.length} cases → ${tallyReplies(answers)}; stored 0`);
 });
 
 // RFC 5321 allows 512 octets per command line; these are twice the 1000-octet text-line limit.
@@ -202,8 +187,8 @@ test.serial('command lines over 1000 octets are refused 5xx and the session goes
   dialog.close();
   assertWorkerSurvived(t);
   t.log(
-    `long command lines: ${LONG_LINES.length} malformed cases → ${tally(answers)}; ` +
-      `a well-formed 1,105-octet NOOP → ${tally([padded])}`,
+    `long command lines: ${LONG_LINES.length} malformed cases → ${tallyReplies(answers)}; ` +
+      `a well-formed 1,105-octet NOOP → ${tallyReplies([padded])}`,
   );
 });
 
@@ -229,7 +214,9 @@ test.serial('a command line of 17 KB or 100 KB is refused and closed; the worker
   assertWorkerSurvived(t);
   await assertStillServes(t);
   t.is(await messageCount(t), before);
-  t.log(`huge command lines: ${HUGE_LINES.length} cases → ${tally(answers)}; worker ${workerPid} unchanged`);
+  t.log(
+    `huge command lines: ${HUGE_LINES.length} cases → ${tallyReplies(answers)}; worker ${workerPid} unchanged`,
+  );
 });
 
 const OPEN = 'EHLO client.example\r\nMAIL FROM:<a@sender.example>\r\nRCPT TO:<known@mx.example>\r\nDATA\r\n';
@@ -310,7 +297,7 @@ for (const [name, chunks] of LINE_ENDING_CASES) {
       t.is(raw.status, 200);
       t.true(raw.text.includes('evil@sender.example'), 'the smuggled text is not in the message');
     }
-    t.log(`${name} → ${tally(replies.slice(1))}`);
+    t.log(`${name} → ${tallyReplies(replies.slice(1))}`);
   });
 }
 
@@ -413,7 +400,7 @@ for (const [name, chunks] of STALLS) {
     // not cut before the timeout it was given (the chunks take ~50 ms to write)
     t.true(elapsed >= 450, `cut after ${elapsed} ms`);
     t.is(await messageCount(t, drip), before);
-    t.log(`silent ${name}: ${tally([replies.at(-1) ?? ''])} after ${elapsed} ms`);
+    t.log(`silent ${name}: ${tallyReplies([replies.at(-1) ?? ''])} after ${elapsed} ms`);
   });
 }
 
@@ -446,7 +433,7 @@ for (const [name, opening] of DRIPS) {
     t.true(elapsed >= 1500 && elapsed < 8000, `cut after ${elapsed} ms`);
     await waitUntil(() => dialog.closed, 'the connection to close', { timeoutMs: 5000, everyMs: 25 });
     t.is(await messageCount(t, drip), before);
-    t.log(`drip of ${name}: ${tally([reply])} after ${elapsed} ms`);
+    t.log(`drip of ${name}: ${tallyReplies([reply])} after ${elapsed} ms`);
   });
 }
 
@@ -473,7 +460,7 @@ test.serial('AUTH is refused 5xx whatever the mechanism, and the session goes on
     t.regex(await dialog.send('NOOP'), /^250 /, `after ${attempt}`);
   }
   t.regex(await dialog.send('MAIL FROM:<a@sender.example>'), /^250 /);
-  t.log(`AUTH: ${AUTH_ATTEMPTS.length} attempts → ${tally(answers)}`);
+  t.log(`AUTH: ${AUTH_ATTEMPTS.length} attempts → ${tallyReplies(answers)}`);
 });
 
 test.serial('VRFY and EXPN reveal nothing about which recipients exist', async (t) => {
@@ -493,7 +480,7 @@ test.serial('VRFY and EXPN reveal nothing about which recipients exist', async (
   const expn = [await dialog.send('EXPN staff'), await dialog.send('EXPN known@mx.example')];
   for (const reply of expn) t.regex(reply, /^5\d\d /);
   t.regex(await dialog.send('NOOP'), /^250 /);
-  t.log(`VRFY: 4 names → ${tally([known, unknown, bare, foreign])}; EXPN: 2 → ${tally(expn)}`);
+  t.log(`VRFY: 4 names → ${tallyReplies([known, unknown, bare, foreign])}; EXPN: 2 → ${tallyReplies(expn)}`);
 });
 
 // Names that are not hostnames by any reading. Printable junk that merely breaks hostname rules
@@ -547,8 +534,8 @@ test.serial(
       dialog.close();
     }
     t.log(
-      `HELO/EHLO: ${BAD_GREETINGS.length * 2} malformed → ${tally(answers)}; ` +
-        `${ODD_GREETINGS.length} printable non-hostnames → ${tally(odd.map((r) => r.split('\r\n').at(-1) ?? ''))}`,
+      `HELO/EHLO: ${BAD_GREETINGS.length * 2} malformed → ${tallyReplies(answers)}; ` +
+        `${ODD_GREETINGS.length} printable non-hostnames → ${tallyReplies(odd.map((r) => r.split('\r\n').at(-1) ?? ''))}`,
     );
   },
 );
@@ -584,5 +571,5 @@ test.serial('MAIL FROM with a malformed address is 5xx and the session goes on',
     t.regex(await dialog.send('RCPT TO:<known@mx.example>'), /^250 /, name);
     dialog.close();
   }
-  t.log(`MAIL FROM: ${BAD_SENDERS.length} malformed → ${tally(answers)}`);
+  t.log(`MAIL FROM: ${BAD_SENDERS.length} malformed → ${tallyReplies(answers)}`);
 });

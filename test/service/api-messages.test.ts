@@ -7,6 +7,7 @@ import type { MessageStateName as MessageState } from '../../src/lifecycle/table
 import { newId } from '../../src/store/ids.ts';
 import type { MessageDoc } from '../../src/store/messages.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
+import { workingSetDoc } from '../_support/documents.ts';
 
 let api: RunningApi;
 const inserted: MessageDoc[] = [];
@@ -15,24 +16,15 @@ const STATES_USED: MessageState[] = ['delivered', 'dlq', 'failed'];
 // The pipeline writes these records; here they are written directly so that ordering and paging
 // can be checked on known data.
 function record(i: number, receivedAt: Date, domain: string): MessageDoc {
-  const state = STATES_USED[i % STATES_USED.length]!;
-  return {
-    _id: newId('m', receivedAt.getTime()),
+  return workingSetDoc(newId('m', receivedAt.getTime()), `user${i}@${domain}`, {
     message_id: `<msg-${i}@sender.example>`,
     from: 'sender@sender.example',
-    to: [`user${i}@${domain}`],
     subject: `Subject ${i}`,
     received_at: receivedAt,
-    state,
-    envelope: { mail_from: 'sender@sender.example', rcpt_to: [`user${i}@${domain}`] },
-    domains: [domain],
+    state: STATES_USED[i % STATES_USED.length]!,
     size: 100,
     history: [{ state: 'accepted', at: receivedAt }],
-    attempts: [],
-    deliveries: [],
-    version: 1,
-    lease_epoch: 1,
-  };
+  });
 }
 
 test.before(async () => {

@@ -9,6 +9,7 @@ import { openStore } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
 import { testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
+import { multipartWithAttachments } from '../_support/mime.ts';
 import { checkSchema } from '../_support/openapi.ts';
 import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
@@ -26,38 +27,20 @@ interface AttachmentEntry {
   expires_at?: string;
 }
 
-function base64Lines(bytes: Buffer): string {
-  return bytes.toString('base64').replace(/.{76}/g, '$&\r\n');
-}
-
 function messageWithAttachments(): string {
-  return [
-    'From: sender@sender.example',
-    'To: files@shop.example',
-    'Subject: big file',
-    'Message-ID: <big-1@sender.example>',
-    'MIME-Version: 1.0',
-    'Content-Type: multipart/mixed; boundary="b"',
-    '',
-    '--b',
-    'Content-Type: text/plain; charset=utf-8',
-    '',
+  return multipartWithAttachments(
+    {
+      from: 'sender@sender.example',
+      to: 'files@shop.example',
+      subject: 'big file',
+      messageId: '<big-1@sender.example>',
+    },
     'see attached',
-    '--b',
-    'Content-Type: application/octet-stream; name="big.bin"',
-    'Content-Disposition: attachment; filename="big.bin"',
-    'Content-Transfer-Encoding: base64',
-    '',
-    base64Lines(BIG),
-    '--b',
-    'Content-Type: text/plain; name="small.txt"',
-    'Content-Disposition: attachment; filename="small.txt"',
-    'Content-Transfer-Encoding: base64',
-    '',
-    base64Lines(SMALL),
-    '--b--',
-    '',
-  ].join('\r\n');
+    [
+      { name: 'big.bin', contentType: 'application/octet-stream', content: BIG },
+      { name: 'small.txt', contentType: 'text/plain', content: SMALL },
+    ],
+  );
 }
 
 let pipe: Pipeline;

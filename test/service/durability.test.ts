@@ -283,7 +283,7 @@ test.serial(
     if (intakes) {
       const lateInIntake = newId('m');
       service.actors.abandon(lateInIntake);
-      const intake = await intakes.admit(lateInIntake);
+      const intake = await intakes.enter(lateInIntake);
       await store.intakeDb.collection<MessageDoc>(intake).insertOne(record(lateInIntake));
       t.truthy(await findInIntakes(store, lateInIntake));
       await waitUntil(

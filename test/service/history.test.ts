@@ -23,6 +23,7 @@ import { insertRawMany, readRaw } from '../../src/store/raw.ts';
 import { getMessage } from '../../src/store/reads.ts';
 import { type RunningApi, startApi } from '../_support/api.ts';
 import { openTestDatabase, testProfile } from '../_support/db.ts';
+import { workingSetDoc } from '../_support/documents.ts';
 import { routeTo, startHoldingPipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -31,23 +32,14 @@ const DAY = 86_400_000;
 
 function record(id: string, state: MessageDoc['state'], domain = 'part.example'): MessageDoc {
   const at = new Date(Number(id.slice(2, 15)));
-  return {
-    _id: id,
+  return workingSetDoc(id, `u@${domain}`, {
     message_id: `<${id}@sender.example>`,
-    from: 's@sender.example',
-    to: [`u@${domain}`],
     subject: id,
     received_at: at,
     state,
-    envelope: { mail_from: 's@sender.example', rcpt_to: [`u@${domain}`] },
-    domains: [domain],
-    size: 10,
     history: [{ state: 'accepted', at }],
-    attempts: [],
-    deliveries: [],
     version: 2,
-    lease_epoch: 1,
-  };
+  });
 }
 
 /** Retention at its defaults (30 days of records, 7 of raw bytes), on a clock stopped at `now`. */

@@ -155,7 +155,7 @@ test("an accepted message's insert sent again finds its own first try (accepted,
   });
   // as the intake keeps it: what its filters read as fields, the rest packed
   const stored = await store.intakeDb
-    .collection<IntakeRecord>(await intake.admit(doc._id))
+    .collection<IntakeRecord>(await intake.enter(doc._id))
     .findOne({ _id: doc._id });
   t.true(stored?.detail instanceof Binary);
   t.false(stored !== null && 'history' in stored);

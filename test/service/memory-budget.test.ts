@@ -7,6 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import test from 'ava';
 import { ApiClient } from '../_support/http.ts';
+import { multipartWithAttachments } from '../_support/mime.ts';
 import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
 import { sampleSum } from '../_support/prometheus.ts';
 import { type SendResult, SmtpDialog, sendRaw } from '../_support/smtp.ts';
@@ -46,27 +47,16 @@ async function scrape(): Promise<string> {
 
 /** A message with one attachment of `content` (over MAX_INLINE_ATTACHMENT: its payload carries a URL). */
 function messageWith(name: string, content: Buffer): string {
-  return [
-    'From: sender@sender.example',
-    `To: in@${DOMAIN}`,
-    `Subject: ${name}`,
-    `Message-ID: <${name}@sender.example>`,
-    'MIME-Version: 1.0',
-    'Content-Type: multipart/mixed; boundary="b"',
-    '',
-    '--b',
-    'Content-Type: text/plain; charset=utf-8',
-    '',
+  return multipartWithAttachments(
+    {
+      from: 'sender@sender.example',
+      to: `in@${DOMAIN}`,
+      subject: name,
+      messageId: `<${name}@sender.example>`,
+    },
     name,
-    '--b',
-    `Content-Type: application/octet-stream; name="${name}.bin"`,
-    `Content-Disposition: attachment; filename="${name}.bin"`,
-    'Content-Transfer-Encoding: base64',
-    '',
-    content.toString('base64').replace(/.{76}/g, '$&\r\n'),
-    '--b--',
-    '',
-  ].join('\r\n');
+    [{ name: `${name}.bin`, contentType: 'application/octet-stream', content }],
+  );
 }
 
 /** A session that has announced SIZE=HELD at MAIL FROM and holds that much of the budget until it ends. */

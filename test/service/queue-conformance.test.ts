@@ -14,31 +14,21 @@ import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
 import * as queue from '../../src/store/queue.ts';
 import { getMessage, listMessages } from '../../src/store/read-model.ts';
 import { openTestDatabase } from '../_support/db.ts';
+import { workingSetDoc } from '../_support/documents.ts';
 
 const PROFILES: ProfileName[] = ['ferretdb', 'mongodb'];
 
 function acceptedDoc(n: number, owner: string, leaseMs: number): AcceptedMessage {
   const at = new Date();
-  const to = `u${n}@queue.example`;
-  return {
-    _id: idAt('m', at.getTime(), n),
+  return workingSetDoc(idAt('m', at.getTime(), n), `u${n}@queue.example`, {
     message_id: `<q${n}@sender.example>`,
-    from: 's@sender.example',
-    to: [to],
     subject: `queue ${n}`,
     received_at: at,
-    envelope: { mail_from: 's@sender.example', rcpt_to: [to] },
-    domains: ['queue.example'],
-    size: 10,
     ...accepted(at, 'from 127.0.0.1'),
-    attempts: [],
-    deliveries: [],
-    version: 1,
-    lease_epoch: 1,
     lease_owner: owner,
     due_at: new Date(at.getTime() + leaseMs),
-    scheduled: true,
-  };
+    scheduled: true as const,
+  });
 }
 
 async function openProfile(t: { teardown: (fn: () => Promise<void>) => void }, profile: ProfileName) {

@@ -1,7 +1,8 @@
 // `npm start` as README runs it and as process managers drive it: SIGTERM and SIGINT to npm's
 // process stop everything with exit 0, nothing outlives npm even when it is killed with SIGKILL,
 // a shutdown with nothing in flight is quick, and the command line answers --help and --version.
-// Under a Node older than 24, `npm start` says in one line what it needs.
+// Under a Node older than 24 on PATH, `npm start` runs on the project's own Node 24 (the
+// devDependency `node`); without it, the scripts' check says in one line what is needed.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -14,6 +15,7 @@ import {
   startService,
 } from '../../scripts/service-process.ts';
 import { databaseFor } from '../_support/pipeline.ts';
+import { alive } from '../_support/processes.ts';
 
 const VERSION = (
   JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
@@ -36,15 +38,6 @@ function descendants(pid: number): number[] {
       }
   }
   return found;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function allGone(pids: readonly number[], timeoutMs: number): Promise<number[]> {
@@ -120,8 +113,8 @@ test('--version prints the version and exits 0', async (t) => {
   t.is(output.trim(), VERSION);
 });
 
-test('npm start under a Node older than 24 says in one line what it needs, and exits non-zero', async (t) => {
-  // a `node` that reports itself as 22 (what an older Node on PATH looks like to the scripts)
+/** A directory with a `node` that reports itself as 22 (what an older Node on PATH looks like). */
+function olderNode(): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'old-node-'));
   writeFileSync(
     path.join(dir, 'as-22.mjs'),
@@ -133,10 +126,32 @@ test('npm start under a Node older than 24 says in one line what it needs, and e
     `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} --import ${JSON.stringify(path.join(dir, 'as-22.mjs'))} "$@"\n`,
     { mode: 0o755 },
   );
-  const [command, args] = npmStartCommand([]);
+  return dir;
+}
+
+test("npm start under a Node older than 24 on PATH runs on the project's own Node 24 (the devDependency `node`)", async (t) => {
+  const dir = olderNode();
+  const [command, args] = npmStartCommand(['--version']);
   const child = spawn(command === process.execPath ? path.join(dir, 'node') : command, args, {
     cwd: new URL('../..', import.meta.url),
     env: { ...process.env, PATH: `${dir}:${process.env.PATH}`, npm_config_loglevel: 'silent' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  for (const stream of [child.stdout, child.stderr])
+    stream.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  // scripts/require-node.js would have stopped it under the `node` that says 22
+  t.is(code, 0, output);
+  t.is(output.trim(), VERSION);
+});
+
+test("under a Node older than 24, the scripts' check says in one line what it needs, and exits non-zero", async (t) => {
+  // what `npm start` and `npm test` run first, when the devDependency `node` is not installed
+  const child = spawn(path.join(olderNode(), 'node'), ['scripts/require-node.js'], {
+    cwd: new URL('../..', import.meta.url),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
@@ -145,10 +160,11 @@ test('npm start under a Node older than 24 says in one line what it needs, and e
   });
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   t.not(code, 0);
-  const lines = stderr.split('\n').filter((line) => line.trim() !== '' && !/^npm (warn|error)/.test(line));
+  const lines = stderr.split('\n').filter((line) => line.trim() !== '');
   t.is(lines.length, 1, stderr);
   t.regex(lines[0]!, /needs Node\.js 24/);
   t.regex(lines[0]!, /v22\.11\.0/);
+  t.regex(lines[0]!, /npm install/);
   t.regex(lines[0]!, /scripts\/ensure-node\.sh/);
   t.notRegex(stderr, /ERR_UNKNOWN_FILE_EXTENSION|at .*\(/);
 });

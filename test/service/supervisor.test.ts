@@ -7,6 +7,7 @@ import test from 'ava';
 import { pino } from 'pino';
 import { parseToPrimary } from '../../src/service/ipc.ts';
 import { Supervisor, type SupervisorOptions } from '../../src/service/supervisor.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 const FAKE_WORKER = fileURLToPath(new URL('../_support/fake-worker.ts', import.meta.url));
 const FAKE_HTTP_PORT = 1234;
@@ -48,13 +49,8 @@ function supervise(options: Partial<SupervisorOptions> & { mode?: string }) {
   };
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 20_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
+const until = (condition: () => boolean, what: string, timeoutMs = 20_000) =>
+  waitUntil(condition, what, { timeoutMs, everyMs: 20 });
 
 const liveWorkers = () => Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
 

@@ -122,7 +122,7 @@ test('parse failure of the pool: retried after its backoff, the count kept', (t)
   t.deepEqual(change.unset, ['lease_owner']);
 });
 
-const PARSED = { summary: { message_id: '<m\u0000@x>', from: 'f', subject: 's' } };
+const PARSED = { headline: { message_id: '<m\u0000@x>', from: 'f', subject: 's' } };
 const planned = (id: string) => ({
   planned: { id, route_id: id, webhook_url: 'https://h.example/', recipients: ['a@x.example'], attempts: 0 },
 });

@@ -1,10 +1,9 @@
 // WEBHOOK_DENY_PRIVATE: which addresses are refused, and that the client refuses them both as IP
 // literals and after name resolution, without any request reaching them.
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import test from 'ava';
 import { WebhookClient } from '../../src/deliver/client.ts';
 import { isDeniedAddress } from '../../src/deliver/destination-guard.ts';
+import { WebhookReceiver } from '../_support/receiver.ts';
 
 const addresses: Array<[string, boolean]> = [
   ['127.0.0.1', true],
@@ -34,14 +33,9 @@ for (const [address, denied] of addresses) {
 }
 
 async function receiver(t: import('ava').ExecutionContext) {
-  let requests = 0;
-  const server = http.createServer((_req, res) => {
-    requests++;
-    res.end('ok');
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  return { port: (server.address() as AddressInfo).port, requests: () => requests };
+  const started = await WebhookReceiver.start();
+  t.teardown(() => started.close());
+  return { port: started.port, requests: () => started.requests.length };
 }
 
 test('with denyPrivate a loopback receiver is refused, by IP literal and by name; without it, it is reached', async (t) => {

@@ -10,9 +10,9 @@ import {
   canReplay,
   type DeliveryState,
   deliveryStep,
-  type HistoryEntry,
   InvalidTransition,
   isFinal,
+  type MadeHistoryEntry,
   type MessageState,
   messageStateOf,
   messageStep,
@@ -138,7 +138,7 @@ test('only the lifecycle makes a state or a history entry: the types refuse a li
   // @ts-expect-error nor a delivery state
   const delivery: DeliveryState = 'delivered';
   // @ts-expect-error nor a history entry
-  const entry: HistoryEntry = { state: 'queued', at: AT };
+  const entry: MadeHistoryEntry = { state: 'queued', at: AT };
   // @ts-expect-error so an actor's write cannot set one by hand
   const change: Change = { set: { state: 'dlq' } };
   t.deepEqual([state, delivery, entry.state, change.set?.state], ['queued', 'delivered', 'queued', 'dlq']);

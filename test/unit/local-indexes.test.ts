@@ -1,5 +1,5 @@
 // The FerretDB our launcher starts gets, in its backing database, an index that FerretDB's own SQL
-// for a lookup by id can use, on every collection as it is created (the hourly partitions too).
+// for a lookup by id can use, on every collection as it is created (the daily partitions too).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';

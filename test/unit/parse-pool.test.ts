@@ -35,7 +35,7 @@ test('a one-thread pool parses a fixture', async (t) => {
   const output = await pool.parse(plainInput());
   t.true(output.ok);
   if (!output.ok) return;
-  t.deepEqual(output.summary, {
+  t.deepEqual(output.headline, {
     message_id: '<plain-1@sender.example>',
     from: 'alice@sender.example',
     subject: 'Printer on floor 3 is jammed',

@@ -353,7 +353,7 @@ for (const row of FIXTURE_ROWS) {
         bytes: new Uint8Array(bytes),
       })),
     );
-    t.deepEqual(output.summary, { message_id: row.message_id, from: row.from, subject: row.subject });
+    t.deepEqual(output.headline, { message_id: row.message_id, from: row.from, subject: row.subject });
     t.deepEqual(output.defects, row.defects);
   });
 }
@@ -493,7 +493,7 @@ test('raw may be a view into a larger buffer', async (t) => {
   const padded = new Uint8Array(message.byteLength + 20).fill(0x41);
   padded.set(message, 10);
   const output = okOutput(await parseMessage(input(padded.subarray(10, 10 + message.byteLength))));
-  t.is(output.summary.subject, 'Printer on floor 3 is jammed');
+  t.is(output.headline.subject, 'Printer on floor 3 is jammed');
   t.deepEqual(output.defects, []);
 });
 
@@ -527,7 +527,7 @@ for (const row of FROM_ROWS) {
   test(`from: ${row.name}`, async (t) => {
     const raw = utf8(`${row.header}\r\nSubject: from test\r\n\r\nbody\r\n`);
     const output = okOutput(await parseMessage(input(raw)));
-    t.is(output.summary.from, row.from);
+    t.is(output.headline.from, row.from);
     t.is(payloadOf(output.bodies[0]!.body).from, row.from);
   });
 }
@@ -537,7 +537,7 @@ test('the first of two From and Subject headers wins; both stay in headers', asy
     'From: first@sender.example\r\nFrom: second@sender.example\r\nSubject: one\r\nSubject: two\r\n\r\nbody\r\n',
   );
   const output = okOutput(await parseMessage(input(raw)));
-  t.deepEqual(output.summary, { message_id: '', from: 'first@sender.example', subject: 'one' });
+  t.deepEqual(output.headline, { message_id: '', from: 'first@sender.example', subject: 'one' });
   const headers = payloadOf(output.bodies[0]!.body).headers;
   t.deepEqual(headers, { from: ['first@sender.example', 'second@sender.example'], subject: ['one', 'two'] });
 });
@@ -590,7 +590,7 @@ test('defects are capped', async (t) => {
 test('no deliveries: ok with no bodies', async (t) => {
   const output = okOutput(await parseMessage(input(fixture('plain.eml'), [])));
   t.deepEqual(output.bodies, []);
-  t.is(output.summary.message_id, '<plain-1@sender.example>');
+  t.is(output.headline.message_id, '<plain-1@sender.example>');
 });
 
 const UNPARSEABLE_ROWS = Object.freeze([
