@@ -8,6 +8,7 @@ import type { MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
 import { PartitionCatalog } from './partitions.ts';
 import { type ProfileSetting, profileFor } from './profile.ts';
+import { gateDatabase, WriteGate } from './write-gate.ts';
 import { buildWrites, type StoreWrites } from './writes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
@@ -67,9 +68,12 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   });
   const db = client.db(options.dbName || undefined);
   const name = db.databaseName === 'test' && !options.dbName ? DEFAULT_DB_NAME : db.databaseName;
-  const database = name === db.databaseName ? db : client.db(name);
-  const buildInfo = await database.admin().command({ buildInfo: 1 });
+  const plain = name === db.databaseName ? db : client.db(name);
+  const buildInfo = await plain.admin().command({ buildInfo: 1 });
   const profile = profileFor(buildInfo, options.profile);
+  // each database is a file of its own over SQLite, with a writer of its own
+  const database = profile.oneWriter ? gateDatabase(plain, new WriteGate()) : plain;
+  const intakes = profile.separateIntakeDatabase ? client.db(`${name}_intake`) : undefined;
 
   const connection: Connection = {
     client,
@@ -78,7 +82,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     routes: database.collection<RouteDoc>('routes'),
     messages: database.collection<MessageDoc>('messages'),
     leases: database.collection<LeaseDoc>('leases'),
-    intakeDb: profile.separateIntakeDatabase ? client.db(`${name}_intake`) : database,
+    intakeDb: intakes ? (profile.oneWriter ? gateDatabase(intakes, new WriteGate()) : intakes) : database,
     partitions: new PartitionCatalog(database),
     profile,
   };

@@ -41,6 +41,12 @@ export interface BackendProfile {
    * MongoDB the message stays in `messages`, found by the `scheduled_due` index.
    */
   readonly parkRetries: boolean;
+  /**
+   * This process sends one write command at a time to each database (write-gate.ts): over SQLite
+   * a second writer does not queue but sleeps in SQLite's busy handler (1 to 100 ms a try), which
+   * left a retry backlog's drain waiting with the cores idle. MongoDB runs writes side by side.
+   */
+  readonly oneWriter: boolean;
 }
 
 const PROFILES: Readonly<Record<ProfileName, BackendProfile>> = Object.freeze({
@@ -50,6 +56,7 @@ const PROFILES: Readonly<Record<ProfileName, BackendProfile>> = Object.freeze({
     fenceByIdRead: false,
     separateIntakeDatabase: false,
     parkRetries: false,
+    oneWriter: false,
   }),
   ferretdb: Object.freeze({
     name: 'ferretdb',
@@ -57,6 +64,7 @@ const PROFILES: Readonly<Record<ProfileName, BackendProfile>> = Object.freeze({
     fenceByIdRead: true,
     separateIntakeDatabase: true,
     parkRetries: true,
+    oneWriter: true,
   }),
 });
 
