@@ -4,11 +4,15 @@
 // is shared (src/store/endpoints.ts); this process keeps a copy of each endpoint it uses for a
 // second, and writes a success at most once per SUCCESS_WRITE_MS per endpoint while it is healthy:
 // a healthy endpoint costs about one read and one write a second per process, not one per delivery.
+// The failures of one moment to one endpoint are counted in one write (a Batcher per endpoint): an
+// endpoint that is down fails every attempt sent to it, and a write each cost the database as much
+// as the rest of a failed attempt.
 import type { AttemptOutcome } from '../deliver/classify.ts';
 import { endpointId, endpointUrl } from '../deliver/endpoint.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
+import { Batcher, BatcherPerName } from '../store/batcher.ts';
 import {
   claimProbe,
   type EndpointDoc,
@@ -27,6 +31,13 @@ const SUCCESS_WRITE_MS = 5000;
 /** Copies unused this long are dropped: the cache is the endpoints in use. */
 const FORGET_MS = 60_000;
 
+/** One failed attempt, to be counted with the others of its moment. */
+interface Failure {
+  url: string;
+  reason: string;
+  at: Date;
+}
+
 interface Copy {
   doc: EndpointDoc | null;
   readAt: number;
@@ -41,6 +52,10 @@ export class EndpointHealth {
   readonly #logger: Logger;
   readonly #copies = new Map<string, Copy>();
   readonly #sweeper: NodeJS.Timeout;
+  /** per endpoint: the failures of one moment, counted (and, past the threshold, paused) in one write */
+  readonly #failures = new BatcherPerName<Failure, EndpointDoc>(
+    (id) => new Batcher({ maxInFlight: 1, maxBatch: 1000, flush: (failures) => this.#fail(id, failures) }),
+  );
 
   constructor(store: Store, settings: BreakerSettings, logger: Logger) {
     this.#store = store;
@@ -93,9 +108,17 @@ export class EndpointHealth {
     if (outcome.ok) return this.#succeeded(id, url, copy, at);
     const reason =
       outcome.reason === 'http_status' ? `HTTP ${outcome.statusCode}` : `${outcome.reason}: ${outcome.error}`;
-    let after = await markFailure(this.#store, id, endpointUrl(url), reason, at);
+    const after = await this.#failures.submit(id, { url, reason, at });
+    this.#keep(id, after, now, 0);
+    return after.state;
+  }
+
+  /** Counts failures of one endpoint at once; pauses it when they reach ENDPOINT_PAUSE_AFTER. */
+  async #fail(id: string, failures: Failure[]): Promise<EndpointDoc[]> {
+    const { url, reason, at } = failures.at(-1)!;
+    let after = await markFailure(this.#store, id, endpointUrl(url), reason, at, failures.length);
     if (shouldPause(after, this.#settings)) {
-      const probe = firstProbe(now, this.#settings);
+      const probe = firstProbe(at.getTime(), this.#settings);
       after =
         (await pauseEndpoint(this.#store, id, endpointUrl(url), at, { by: 'breaker', ...probe })) ?? after;
       metrics.endpointPaused('breaker');
@@ -111,8 +134,7 @@ export class EndpointHealth {
         'endpoint paused: its deliveries wait, one probe at growing intervals',
       );
     }
-    this.#keep(id, after, now, 0);
-    return after.state;
+    return failures.map(() => after);
   }
 
   async #succeeded(id: string, url: string, copy: Copy, at: Date): Promise<EndpointDoc['state']> {

@@ -67,7 +67,7 @@ export function markSuccess(store: Store, id: string, url: string, at: Date): Pr
 }
 
 /**
- * A failure, counted. Returns the document after it. On MongoDB the count is exact; FerretDB 1.24
+ * A failure (or `count` of them, the last one's reason kept), counted. Returns the document after it. On MongoDB the count is exact; FerretDB 1.24
  * applies `$inc` to the document it read, so two processes failing at the same instant may count
  * one: the pause then comes one failure later.
  */
@@ -77,11 +77,12 @@ export async function markFailure(
   url: string,
   reason: string,
   at: Date,
+  count = 1,
 ): Promise<EndpointDoc> {
   const after = await endpoints(store).findOneAndUpdate(
     { _id: id },
     {
-      $inc: { consecutive_failures: 1 },
+      $inc: { consecutive_failures: count },
       $set: { url, last_failure_at: at, last_failure_reason: reason, updated_at: at },
       $setOnInsert: { state: 'failing' },
     },
