@@ -2,7 +2,8 @@
 // whose owner released it until its next attempt leaves the working set, so that what the
 // scheduler, the listings and the gauges read stays the size of the work in flight however many
 // messages wait. A parked message is three documents:
-//   - its record in `retry_<day of acceptance>` (packed like a final record; found by id),
+//   - its record in `retry_<day of acceptance>` (packed like a final record, with the bytes that
+//     rode in its document: records.ts; found by id),
 //   - its listing entry in `retry_list_<day>` (listing.ts; `?state=failed` reads only these),
 //   - a pointer `{_id: <id>:<version>, message, epoch, version, due_at}` in the bucket of its due time, `due_<YYYYMMDDHHmmss>`
 //     (a collection per DUE_BUCKET_MS, in the intake database): the scheduler reads a bucket whole
@@ -11,12 +12,13 @@
 // leaves the working copy, which the scheduler's poll of `messages` finds at the same due time. A
 // claim takes the lease of the next epoch (leases.ts: the unique insert decides among claimants,
 // and among the working copy's claimants too), puts the message back into `messages` at that
-// epoch, then takes its record and listing entry out.
+// epoch, then takes its record and listing entry out. The claims of a poll share their writes
+// (writes.ts), so a backlog drains at the pace of batches, not of one claim's round trips.
 import type { Collection } from 'mongodb';
-import { insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { findRecord, storeRecord, takeOutRecord } from './history.ts';
+import { isDuplicateKey } from './ids.ts';
 import { insertClaimed, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -91,9 +93,10 @@ async function storeParked(store: Store, doc: MessageDoc): Promise<void> {
     // never into a bucket whose span has ended: a scheduler may be about to drop it
     const name = bucketOf(Math.max(pointer.due_at.getTime(), Date.now()));
     await retryTransient(async () => {
-      const [outcome] = await insertEach(bucket(store, name), [pointer]);
+      // the parkings of a moment share one insert per bucket
+      const outcome = await store.writes.pointerInserts.submit(name, pointer);
       // the same message parked at the same version is this very pointer, stored by an earlier try
-      if (outcome && (outcome as { code?: number }).code !== 11000) throw outcome;
+      if (outcome && !isDuplicateKey(outcome)) throw outcome;
     });
     if (Date.now() <= bucketDroppableAt(name) - BUCKET_GRACE_MS / 2) return;
   }
@@ -158,8 +161,15 @@ export type ParkedClaim = { outcome: 'claimed'; doc: MessageDoc } | { outcome: '
 
 /**
  * Claims a parked message whose pointer is due: the lease of the next epoch, then (the record
- * still at the pointer's version, no copy in the working set) the message into `messages`, then
- * its record and listing entry out of the retry partitions.
+ * still at the pointer's version, no copy in the working set, no final record) the message into
+ * `messages`, then its record and listing entry out of the retry partitions.
+ *
+ * What is read under the lease depends on the epoch won. The next one (the usual case): nobody
+ * claimed, took over or parked the message since the pointer was written (each of those holds a
+ * lease of that epoch for an hour at least), so the record read before the lease is still the
+ * one; a replay's restore (which takes no lease) left a copy in `messages`, which the insert finds;
+ * and a final record is looked for, in case a copy went all the way to it. A later epoch (orphaned
+ * leases skipped): the record and the working set are read again too.
  */
 export async function claimParked(
   store: Store,
@@ -173,24 +183,28 @@ export async function claimParked(
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, id, pointer.epoch, owner, expiresAt);
   if (epoch === undefined) return { outcome: 'held' };
-  // under the lease: an earlier claimant whose lease expired may have carried the message on, or
-  // a crash between parking and leaving the working set left a working copy that was claimed
+  const giveBack = () => store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
+  const next = epoch === pointer.epoch + 1;
   const [again, live, final] = await Promise.all([
-    findParked(store, id),
-    store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
+    next ? parked : findParked(store, id),
+    next ? null : store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
     findRecord(store, id, FINAL_KINDS),
   ]);
   const outcome =
     again?.version !== pointer.version ? 'handled' : live ? 'held' : final ? 'handled' : undefined;
   if (outcome || !again) {
-    await store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
+    await giveBack();
     // the message went on to its final record without this record being taken out: it goes now
     if (again && final && !live)
       await takeOutRecord(store, 'retry', again._id, final.version).catch(() => {});
     return { outcome: outcome ?? 'handled' };
   }
   const doc = await insertClaimed(store, again, epoch, owner, expiresAt);
-  if (!doc) return { outcome: 'held' };
+  if (!doc) {
+    // a copy in the working set (a replay's, or one left by a crash while parking) goes first
+    await giveBack();
+    return { outcome: 'held' };
+  }
   // the working-set copy is the one listed and read from now on (its version is higher)
   await retryTransient(() => takeOutRecord(store, 'retry', again._id, doc.version)).catch(() => {});
   return { outcome: 'claimed', doc };

@@ -23,6 +23,8 @@ export interface StoreWrites {
    * and those claimed, taken over or restored at an epoch whose lease was won (leases.ts)
    */
   readonly messageInserts: Batcher<MessageDoc, Error | undefined>;
+  /** parked messages' pointers, per retry bucket in the intake database (parking.ts) */
+  readonly pointerInserts: BatcherPerName<{ _id: string }, Error | undefined>;
   /** the claims' lease inserts, each decided by the unique `_id` (leases.ts) */
   readonly leaseInserts: Batcher<LeaseDoc, Error | undefined>;
   /** the owners' fenced updates: true when the write is in (working-set.ts) */
@@ -148,6 +150,14 @@ export function buildWrites(connection: Connection): StoreWrites {
           maxBatch: RECORD_BATCH_MAX,
           lingerMs: ARCHIVE_LINGER_MS,
           flush: (batch) => storeRecords(connection, name, batch),
+        }),
+    ),
+    pointerInserts: new BatcherPerName<{ _id: string }, Error | undefined>(
+      (name) =>
+        new Batcher({
+          maxInFlight: 1,
+          maxBatch: 256,
+          flush: (pointers) => insertEach(connection.intakeDb.collection<{ _id: string }>(name), pointers),
         }),
     ),
     leaseInserts: new Batcher({

@@ -4,14 +4,18 @@
 // (on FerretDB out of the working set; on MongoDB in it, found by the scheduler's query), claimed
 // when due and by one claimant only, fenced writes of an owner that lost it, finish, restore, and a
 // take-over from an intake whose owner died.
+import { gzipSync } from 'node:zlib';
 import test from 'ava';
+import { Binary } from 'mongodb';
 import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { Store } from '../../src/store/mongo.ts';
+import { partitionOf } from '../../src/store/partitions.ts';
 import type { ProfileName } from '../../src/store/profile.ts';
 import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
 import * as queue from '../../src/store/queue.ts';
+import { readRaw } from '../../src/store/raw.ts';
 import { getMessage, listMessages } from '../../src/store/read-model.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
@@ -65,7 +69,11 @@ for (const profile of PROFILES) {
     const store = await openProfile(t, profile);
     t.is(store.profile.name, profile);
     const intake = store.profile.intakeCollections ? new queue.Intake(store, 'owner-a', 5000) : undefined;
-    const doc = acceptedDoc(1, 'owner-a', 5000);
+    const bytes = Buffer.from('Subject: queue 1\r\n\r\nbody\r\n');
+    const doc = {
+      ...acceptedDoc(1, 'owner-a', 5000),
+      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
+    };
     await queue.accept(store, doc, intake);
     t.like(await getMessage(store, doc._id), { state: 'queued', version: 1 });
     t.true((await listMessages(store, { limit: 10, offset: 0 })).some((one) => one._id === doc._id));
@@ -89,8 +97,10 @@ for (const profile of PROFILES) {
       });
       t.is(waiting?.lease_owner, undefined);
     }
-    // readable by id and listed by its state while it waits
+    // readable by id and listed by its state while it waits; its bytes stay with it, not in raw_<day>
     t.like(await getMessage(store, doc._id), { state: 'queued', parse_failures: 1 });
+    t.deepEqual(await readRaw(store, (await getMessage(store, doc._id))!), bytes);
+    t.is(await store.db.collection(partitionOf('raw', doc._id)).countDocuments({}), 0);
     const listed = await listMessages(store, { limit: 10, offset: 0, state: 'queued' });
     t.deepEqual(
       listed.map((one) => one._id),
@@ -102,6 +112,7 @@ for (const profile of PROFILES) {
     const claimed = await claimWhenDue(store, doc._id, 'owner-b');
     t.truthy(claimed, 'claimed once due');
     t.is(claimed?.lease_owner, 'owner-b');
+    t.deepEqual(claimed?.raw, doc.raw, 'with the bytes it carried');
     t.is(await claimWhenDue(store, doc._id, 'owner-c'), undefined, 'a second claimant gets nothing');
     // the owner that released it writes nothing more
     await t.throwsAsync(owned.write({ set: { parse_failures: 2 } }), { instanceOf: OwnershipLost });
@@ -118,6 +129,8 @@ for (const profile of PROFILES) {
     });
     t.is(await store.messages.findOne({ _id: doc._id }), null);
     const final = await getMessage(store, doc._id);
+    t.deepEqual(await readRaw(store, final!), bytes, 'final: its bytes in raw_<day>');
+    t.is(await store.db.collection(partitionOf('raw', doc._id)).countDocuments({}), 1);
     t.like(final, { state: 'dlq', error: 'not MIME' });
     t.deepEqual(
       (await listMessages(store, { limit: 10, offset: 0, state: 'dlq' })).map((one) => one._id),
