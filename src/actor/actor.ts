@@ -23,6 +23,7 @@ import {
   type ReplayTarget,
   rawExists,
   readRaw,
+  readRawDocument,
   type Store,
   type StoredAuth,
 } from '../store/queue.ts';
@@ -108,6 +109,8 @@ export class MessageActor {
   /** Runs until the message is final, waits for a retry, or is lost to another owner. */
   async run(raw?: Uint8Array): Promise<void> {
     try {
+      // stored bytes that fit a document are read here, once, for the check and the parse alike
+      raw ??= await this.storedRawBytes();
       const start = decideStart(this.doc, await this.rawBytes(raw), new Date());
       if (start.action === 'dead_letter') {
         await this.persist(start.change);
@@ -144,6 +147,12 @@ export class MessageActor {
         () => {},
       );
     }
+  }
+
+  /** A queued message's stored bytes when they fit a document (a large one is streamed later). */
+  private async storedRawBytes(): Promise<Uint8Array | undefined> {
+    if (this.doc.state !== 'queued') return undefined;
+    return readRawDocument(this.deps.store, this.doc);
   }
 
   /** Where the raw bytes are: only a queued message is parsed, so only its are looked for. */

@@ -202,4 +202,4 @@ export function abandon(store: Store, ids: string[]): Promise<number> {
 // ---------- the raw bytes that go with a message ----------
 
 export { newId } from './ids.ts';
-export { openRawUpload, type RawUpload, rawExists, readRaw } from './raw.ts';
+export { openRawUpload, type RawUpload, rawExists, readRaw, readRawDocument } from './raw.ts';

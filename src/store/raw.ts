@@ -192,6 +192,15 @@ async function findRaw(store: Store, messageId: string): Promise<Found | undefin
   return file ? { bucket } : undefined;
 }
 
+/** The bytes as received when they are inline or in one document; undefined when in GridFS or gone. */
+export async function readRawDocument(store: Store, message: RawLocation): Promise<Buffer | undefined> {
+  if (message.raw) return decompress(message.raw.data.buffer);
+  const document = await store.db
+    .collection<RawDocument>(partitionOf('raw', message._id))
+    .findOne({ _id: message._id });
+  return document ? decompress(document.data.buffer) : undefined;
+}
+
 /** The bytes as received, or undefined when they are gone (raw retention). */
 export async function readRaw(store: Store, message: RawLocation): Promise<Buffer | undefined> {
   if (message.raw) return decompress(message.raw.data.buffer);
