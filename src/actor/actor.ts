@@ -333,8 +333,10 @@ export class MessageActor {
       bodies = new Map(output.bodies.map((body) => [body.deliveryId, body]));
     }
 
+    // the retries' start goes with their outcome's write: a process that dies mid-POST leaves them
+    // failed and due, and whoever takes the message over attempts them again (same webhook-id)
     const retrying = new Set(going.filter((d) => d.state === 'failed').map((d) => d.id));
-    if (retrying.size > 0) await this.persist(decideRetryStart(this.doc, retrying, new Date()));
+    if (retrying.size > 0) this.message.defer(decideRetryStart(this.doc, retrying, new Date()));
 
     const ready = bodies;
     let inFlight = going.length;

@@ -27,7 +27,9 @@ export async function takeForReplay(
     /** resolves once this process's actor of the message (if any) has finished */
     finished: (id: string) => Promise<void>;
   },
-): Promise<{ outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc }> {
+): Promise<
+  { outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc; raw: Uint8Array | undefined }
+> {
   let found = await locateMessage(store, id);
   if (!found) return { outcome: 'not_found' };
   // final, and this process's actor is still moving it out of the working set: that ends shortly
@@ -38,13 +40,15 @@ export async function takeForReplay(
   }
   const { doc, inFlight } = found;
   if (!canReplay(doc.state) || owner.drives(id) || heldByOwner(doc)) return { outcome: 'invalid_state' };
-  // a replay parses the message again: not possible once raw retention has removed its bytes
-  if (!(await queue.rawExists(store, doc))) return { outcome: 'raw_expired' };
+  // a replay parses the message again: not possible once raw retention has removed its bytes (read
+  // here when they fit a document, for the parse too; a large message's are only looked for)
+  const raw = await queue.readRawDocument(store, doc);
+  if (!raw && !(await queue.rawExists(store, doc))) return { outcome: 'raw_expired' };
   // a final message comes back from its history partition into the working set, owned by us
   const claimed = inFlight
     ? await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs)
     : await queue.restore(store, doc, owner.name, owner.leaseMs);
   // someone else took it in between: it is being worked on, so not replayable now
   if (!claimed || !canReplay(claimed.state)) return { outcome: 'invalid_state' };
-  return { outcome: 'ok', doc: claimed };
+  return { outcome: 'ok', doc: claimed, raw };
 }

@@ -129,7 +129,7 @@ export class ActorSystem {
     if (taken.outcome !== 'ok') return taken.outcome;
     const actor = new MessageActor(this.deps, taken.doc);
     await actor.replay(to);
-    this.track(actor, actor.run());
+    this.track(actor, actor.run(taken.raw));
     return 'ok';
   }
 

@@ -37,9 +37,10 @@ export async function takeOutRecord(
   id: string,
   version: number,
 ): Promise<void> {
-  // the claims and replays of a moment share one delete command and one entry set
-  await store.writes.recordRemovals.submit(partitionOf(kind, id), id);
+  // the claims and replays of a moment share one entry set and one delete command; the entry goes
+  // first, so that a record left by a cut-short take-out is still found, and taken out again
   await store.writes.entryAppends.submit(listingPartitionOf(kind, id), removalOf(id, version));
+  await store.writes.recordRemovals.submit(partitionOf(kind, id), id);
 }
 
 /**
@@ -57,8 +58,15 @@ export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> 
     const outcome = await store.writes.recordInserts.submit(name, archived);
     if (outcome) throw outcome;
   });
-  // a replayed message may have left its earlier record in the other kind of partition
-  if (doc.replays) await takeOutRecord(store, kind === 'dlq' ? 'history' : 'dlq', doc._id, doc.version);
+  // a replayed message may have left its earlier record in the other kind of partition (its restore
+  // takes it out, but may have been cut short): looked for first, a read that waits for no writer
+  if (doc.replays) {
+    const other = kind === 'dlq' ? 'history' : 'dlq';
+    const left = await store.db
+      .collection<ArchivedRecord>(partitionOf(other, doc._id))
+      .findOne({ _id: doc._id }, { projection: { _id: 1 } });
+    if (left) await takeOutRecord(store, other, doc._id, doc.version);
+  }
 }
 
 /**
