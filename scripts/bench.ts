@@ -28,10 +28,11 @@ import {
   withDatabase,
 } from './bench/harness.ts';
 import { historyPart, renderHistory } from './bench/history.ts';
+import { listingPart, renderListing } from './bench/listing.ts';
 import { awaitDeliveries, latencies, loadAverage } from './bench/measure.ts';
 import { memoryLargePart } from './bench/memory-large.ts';
 import { type OutageHarness, outagePart, renderOutage } from './bench/outage.ts';
-import { API_KEY, log, ONLY, QUICK } from './bench/settings.ts';
+import { API_KEY, log, measuredCommit, ONLY, QUICK } from './bench/settings.ts';
 import { renderFigures, SHARED_DATABASE_PARTS, sharedParts } from './bench/shared-parts.ts';
 import { updateFigures } from './bench/write-figures.ts';
 
@@ -93,6 +94,11 @@ try {
     results.endpoints = await endpointsPart(log, { quick: QUICK, write: !QUICK && !ONLY });
   // 11. a receiver down while a backlog waits, on both of FerretDB's backends (issue 29)
   if (PARTS.has('outage')) results.outage = await outagePart(outageHarness(workers));
+  if (PARTS.has('listing')) {
+    results.listing = await listingPart(log);
+    if (!QUICK && !ONLY)
+      updateFigures({ listing: results.listing }, 'listing', (all) => renderListing(all, measuredCommit()));
+  }
 } finally {
   sink.stop();
   await database?.stop();

@@ -12,9 +12,7 @@
 //      moment: messages per second from it to the last delivery, the service's own pace. (With
 //      RETRY_DELAYS alone the retries came due as spread as the first attempts failed, and their
 //      ±10 % jitter spread them over a fifth of the delay more: the drain measured that spread.)
-import { spawnSync } from 'node:child_process';
 import os from 'node:os';
-import { fileURLToPath } from 'node:url';
 import type { ProcessStats } from '../../src/service/process-stats.ts';
 import type {
   BenchDatabase,
@@ -27,6 +25,7 @@ import type {
 } from './harness-types.ts';
 import { BENCH_DOMAIN } from './mix.ts';
 import { cpuSeconds } from './proc.ts';
+import { measuredCommit } from './settings.ts';
 import { now } from './smtp-load.ts';
 
 /** What this part uses of scripts/bench.ts (which runs on import, so it hands them over). */
@@ -108,7 +107,6 @@ export const OUTAGE_TARGETS = Object.freeze({
 });
 
 const DOWN_DOMAIN = 'down.test';
-const root = fileURLToPath(new URL('../..', import.meta.url));
 
 interface FreshFigures {
   messages: number;
@@ -138,7 +136,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, Math.
 export async function outagePart(h: OutageHarness): Promise<Record<string, unknown>> {
   const cases: Record<string, unknown> = {};
   // the code that runs is the one loaded now, whatever is edited or committed during a long run
-  const measured = commit();
+  const measured = measuredCommit();
   for (const backend of OUTAGE.backends)
     await h.withDatabase(backend, async (database) => {
       const plan: Array<[Profile, number]> = [
@@ -568,15 +566,6 @@ async function api(h: OutageHarness, running: RunningService): Promise<EndpointF
     });
   }
   return figures;
-}
-
-function commit(): string {
-  const git = (...args: string[]) =>
-    spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout?.trim() ?? '';
-  const head = git('rev-parse', '--short', 'HEAD');
-  // the figures this part writes into docs/ are no change to what is measured
-  const changed = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs');
-  return changed ? `${head} (with uncommitted changes)` : head;
 }
 
 // ---------- docs/BENCHMARKS.md ----------

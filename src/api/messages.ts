@@ -16,6 +16,7 @@ import {
   openRawStream,
   type ReplayTarget,
 } from '../store/read-model.ts';
+import { concurrently } from '../util/concurrently.ts';
 import { MAX_WEBHOOK_URL_LENGTH, normaliseWebhookUrl } from './routes.ts';
 
 export const MAX_LIMIT = 1000;
@@ -24,7 +25,11 @@ export const MAX_OFFSET = 10_000_000;
 // only the automatic one after a failed attempt, so the names here say replay.
 /** most messages one POST /messages/retry replays */
 export const MAX_BULK_REPLAY = 1000;
-const BULK_REPLAY_CONCURRENCY = 8;
+/**
+ * replays in flight at once: their writes share the store's batched commands (a restore's insert,
+ * its record's take-out, the replay's write), so more at once is more per command, not more commands
+ */
+const BULK_REPLAY_CONCURRENCY = 64;
 const DOMAIN_FILTER = {
   type: 'string',
   minLength: 1,
@@ -274,12 +279,9 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
         found.push(...kept.filter((doc) => doc !== undefined));
       }
       let requeued = 0;
-      for (let i = 0; i < found.length; i += BULK_REPLAY_CONCURRENCY) {
-        const outcomes = await Promise.all(
-          found.slice(i, i + BULK_REPLAY_CONCURRENCY).map((doc) => replay(doc._id, to)),
-        );
-        requeued += outcomes.filter((outcome) => outcome === 'ok').length;
-      }
+      await concurrently(found, BULK_REPLAY_CONCURRENCY, async (doc) => {
+        if ((await replay(doc._id, to)) === 'ok') requeued++;
+      });
       // more may be older than the last one looked at, and still in the window: where to go on from
       const last = scanned[scanned.length - 1];
       const more = scanned.length === query.limit && last !== undefined && inWindow.length === scanned.length;

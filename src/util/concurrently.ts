@@ -1,6 +1,7 @@
-// Runs `work` over `items` with at most `limit` of them in flight: claims are each decided by a
-// unique insert of their own, so their order does not matter, and one at a time made a drain as
-// slow as the round trips of one claim (about six) allowed.
+// Runs `work` over `items` with at most `limit` of them in flight: for claims and replays, each
+// decided by a unique insert or a fence of its own, so their order does not matter; one at a time
+// made a drain as slow as the round trips of one claim allowed, and batches of a few left the
+// store's batched writes small.
 
 export async function concurrently<T>(
   items: readonly T[],
