@@ -57,6 +57,12 @@ interface EntrySet {
   packed?: Binary;
   /** a pointer: the entries are in the day's `merged_list` collection, under this same id */
   merged?: true;
+  /**
+   * the span of its entries' ids, oldest and newest (a pointer: its merged set's): a page decodes
+   * only the sets whose span it can reach. Absent in sets written before: those are always decoded.
+   */
+  oldest?: string;
+  newest?: string;
 }
 
 /** A reader merges a partition's entry sets once it finds more than this many. */
@@ -75,7 +81,18 @@ export function entryOf(doc: MessageDoc): ListingEntry {
 }
 
 async function pack(entries: ListingEntry[]): Promise<EntrySet> {
-  return { _id: new ObjectId(), packed: new Binary(await compressText(JSON.stringify(entries))) };
+  let oldest = entries[0]!._id;
+  let newest = oldest;
+  for (const { _id } of entries) {
+    if (_id < oldest) oldest = _id;
+    if (_id > newest) newest = _id;
+  }
+  return {
+    _id: new ObjectId(),
+    packed: new Binary(await compressText(JSON.stringify(entries))),
+    oldest,
+    newest,
+  };
 }
 
 async function unpack(set: EntrySet): Promise<ListingEntry[]> {
@@ -211,22 +228,46 @@ export async function readPage(
   const namespace = collection.namespace;
   for (let attempt = 0; ; attempt++) {
     const sets = await collection.find({}).toArray();
-    const decodedSets = await Promise.all(sets.map((set) => entriesOf(store, name, namespace, set)));
-    if (decodedSets.includes(undefined) && attempt < MISSING_SET_RETRIES) continue;
     const small = sets.filter((set) => !set.merged);
     if (small.length > MERGE_ABOVE && !merging.has(namespace)) {
       merging.add(namespace);
-      const entries = small.flatMap((set) => [...(decodedSets[sets.indexOf(set)]?.newestFirst ?? [])]);
-      void merge(store, name, small, entries).finally(() => merging.delete(namespace));
+      void (async () => {
+        const decodedSmall = await Promise.all(small.map((set) => unpackKept(namespace, set)));
+        await merge(
+          store,
+          name,
+          small,
+          decodedSmall.flatMap((one) => [...one.newestFirst]),
+        );
+      })()
+        .catch(() => {})
+        .finally(() => merging.delete(namespace));
     }
-    return walk(
-      decodedSets.filter((one): one is DecodedSet => one !== undefined),
-      want,
-      matches,
-      before,
-    );
+    // only sets that can hold an entry older than the cursor, those that can hold the newest first
+    const reachable = sets
+      .filter((set) => before === undefined || set.oldest === undefined || set.oldest < before)
+      .sort((a, b) => spanEnd(b).localeCompare(spanEnd(a)));
+    const decodedSets: DecodedSet[] = [];
+    let missing = false;
+    let page: MessageSummary[] = [];
+    for (let next = 0; next < reachable.length; ) {
+      // a set whose newest id is older than a full page's last entry has nothing for the page, and
+      // no newer version of an entry in it (an id's entries are all in sets that span it)
+      if (page.length >= want && spanEnd(reachable[next]!) < page[want - 1]!._id) break;
+      const batch = reachable.slice(next, next + Math.max(1, decodedSets.length));
+      next += batch.length;
+      const found = await Promise.all(batch.map((set) => entriesOf(store, name, namespace, set)));
+      for (const one of found) if (one) decodedSets.push(one);
+      missing ||= found.includes(undefined);
+      page = walk(decodedSets, want, matches, before);
+    }
+    if (missing && attempt < MISSING_SET_RETRIES) continue;
+    return page;
   }
 }
+
+/** The newest id a set can hold, for ordering and skipping ('~' sorts after every id: unknown). */
+const spanEnd = (set: EntrySet) => set.newest ?? '~';
 
 /** The first index of a newest-first list whose id is older than `before`. */
 function startAfter(newestFirst: readonly ListingEntry[], before: string | undefined): number {
@@ -301,7 +342,10 @@ async function merge(store: Connection, name: string, sets: EntrySet[], all: Lis
       const set = await pack(merged.slice(start, start + MERGED_MAX));
       // the set first, then its pointer: a pointer always finds its set
       await mergedSets.insertOne(set, { writeConcern: DURABLE });
-      await collection.insertOne({ _id: set._id, merged: true }, { writeConcern: DURABLE });
+      await collection.insertOne(
+        { _id: set._id, merged: true, oldest: set.oldest, newest: set.newest },
+        { writeConcern: DURABLE },
+      );
     }
     // By exact id, in one command: FerretDB runs a `$in` as a query over the whole partition that
     // holds its PostgreSQL connection while the deletes of what it found wait for others (README,

@@ -465,7 +465,13 @@ test.serial(
     // what stays in the hour's partition is a pointer; the merged set is in the day's collection
     const mergedSets = api.store.db.collection(partitionOf('merged_list', docs[0]!._id));
     const pointer = await entrySets.findOne({});
-    t.deepEqual(Object.keys(pointer!).sort(), ['_id', 'merged']);
+    t.deepEqual(Object.keys(pointer!).sort(), ['_id', 'merged', 'newest', 'oldest']);
+    // with the span of its set's ids, by which a page skips the sets it cannot reach
+    const ids = docs
+      .filter((d) => d.state === 'delivered')
+      .map((d) => d._id)
+      .sort();
+    t.like(pointer, { oldest: ids[0], newest: ids.at(-1) });
     t.deepEqual(
       (await mergedSets.find({}).toArray()).map((set) => set._id),
       [pointer!._id],
