@@ -127,8 +127,11 @@ const STALL_CHECK_MS = 100;
 const STALL_IDLE_CHECKS = 5;
 const IDLE_UTILIZATION = 0.1;
 const STALLED = Symbol('stalled');
-// what the parser is fed at a time (views of the raw bytes, not copies)
-const FEED_SLICE_BYTES = 1024 * 1024;
+// What the parser is fed at a time (views of the raw bytes): the chunk size of mailparser's
+// ChunkedPassthrough, which copies every write and queues up to 16 of them before it lets the
+// writer wait. Fed 1 MiB at a time, a 25 MB message's parse held some 20 MB of copies at its
+// peak; fed this, about 1 MB (docs/decisions/0019-large-message-memory.md).
+const FEED_SLICE_BYTES = 64 * 1024;
 // Read inline message/rfc822 parts as attachments rather than as embedded messages: the retry
 // for a parse that stalled. (mailsplit takes the option; the typings do not list it.)
 const NO_EMBEDDED: MailParserOptions & { ignoreEmbedded: boolean } = {
