@@ -373,7 +373,10 @@ export function renderMemoryLarge(results: Record<string, unknown>): string {
   const sizeLabel = (f: Figures) =>
     f.messageMb === 5 ? '5 MB (attachment inline: a 5 MB webhook body)' : `${f.messageMb} MB`;
   return [
-    `Measured ${large.date.slice(0, 16).replace('T', ' ')} UTC at ${large.commit} with \`BENCH_PARTS=memory-large npm run bench\`, WORKERS=1 unless said, load average ${large.loadBefore} before and ${large.loadAfter} after (2 cores, shared with other work). Goal: every rise at most 3 times the bytes in flight, back within 20% within a minute.`,
+    `Measured ${large.date.slice(0, 16).replace('T', ' ')} UTC at ${large.commit} with`,
+    '`BENCH_PARTS=memory-large npm run bench`, WORKERS=1 unless said; load average',
+    `${large.loadBefore} before, ${large.loadAfter} after (2 cores shared with other work). Goal: every`,
+    'rise at most 3 times the bytes in flight, back within 20% within a minute.',
     '',
     'Messages one at a time, MAX_MESSAGE_SIZE=30MB, MEMORY_BUDGET 64MB:',
     '',
@@ -391,7 +394,8 @@ export function renderMemoryLarge(results: Record<string, unknown>): string {
         `| ${f.messages} | ${f.mostInFlightMb} | ${f.peakMb} (${f.baselineMb}) | ${f.riseMb} | ${f.ratioToInFlight.toFixed(2)} | ${f.deliveredSeconds} s | ${back(f)} |`,
     ),
     '',
-    "The service's defaults (MAX_MESSAGE_SIZE 25MB, MEMORY_BUDGET 64MB: two 25 MB messages at a time; the standby worker started):",
+    "The service's defaults (MAX_MESSAGE_SIZE 25MB, MEMORY_BUDGET 64MB: two 25 MB messages at a time;",
+    'the standby worker started):',
     '',
     '| sent at once | most in flight MB | peak MB (resting) | rise MB | rise / in flight | 452 4.3.1 then retried | all delivered in | back within 20% |',
     '|---|---|---|---|---|---|---|---|',

@@ -1,9 +1,8 @@
 // The parse thread's entry point, which piscina loads in each thread of the pool (pool.ts): parse one
 // message and hand the JSON bodies back by transferring their ArrayBuffers, so a large payload
 // crosses threads without a copy. It lives beside its pool: nothing else starts it.
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { move, transferableSymbol, valueSymbol, workerData } from 'piscina';
+import { collectAll } from '../util/collect.ts';
 import { lowerOwnPriority } from '../util/thread-priority.ts';
 import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
 import { authenticateOnly, extractAttachment, parseMessage } from './payload.ts';
@@ -25,10 +24,6 @@ lowerOwnPriority(niceness);
  * (parseMessage empties `input.raw`). About 10-30 ms of this thread, once per large message.
  */
 export const COLLECT_AFTER_BYTES = 1024 * 1024;
-// `gc` as V8 exposes it with the flag, in a context made after it is set (this thread's own
-// global was made before)
-setFlagsFromString('--expose-gc');
-const collectGarbage = runInNewContext('gc') as () => void;
 
 /**
  * Collects after a large task, from a callback of its own. The task ends in a microtask of the
@@ -40,7 +35,7 @@ const collectGarbage = runInNewContext('gc') as () => void;
 async function collectAfter(rawBytes: number): Promise<void> {
   if (rawBytes < COLLECT_AFTER_BYTES) return;
   await new Promise((resolve) => setImmediate(resolve));
-  collectGarbage();
+  collectAll();
 }
 
 // the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes
