@@ -14,6 +14,7 @@ import { MailParser } from 'mailparser';
 import { type AttachmentLinks, attachmentUrl } from '../signing/attachment-url.ts';
 import { deliveryHeaders } from '../signing/webhook-signature.ts';
 import type { StoredAuth } from '../store/messages.ts';
+import { collectAll } from '../util/collect.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
 import type { MimeStructure } from './mime-structure.ts';
@@ -140,6 +141,9 @@ const STALLED = Symbol('stalled');
 // writer wait. Fed 1 MiB at a time, a 25 MB message's parse held some 20 MB of copies at its
 // peak; fed this, about 1 MB (docs/decisions/0019-large-message-memory.md).
 const FEED_SLICE_BYTES = 64 * 1024;
+// a message of this many raw bytes or more with an inline attachment as large is collected before
+// its bodies are built
+const COLLECT_BEFORE_BODIES_BYTES = 1024 * 1024;
 // Read inline message/rfc822 parts as attachments rather than as embedded messages: the retry
 // for a parse that stalled. (mailsplit takes the option; the typings do not list it.)
 const NO_EMBEDDED: MailParserOptions & { ignoreEmbedded: boolean } = {
@@ -172,12 +176,23 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     keep: policy ? (_index, size) => size <= policy.inlineMax : () => true,
     hashLetGo: true,
   };
+  const rawBytes = input.raw.byteLength;
   const [read, auth] = await Promise.all([readMessage(input.raw, defect, reading), senderAuth(input)]);
   // Nothing below needs the raw bytes: letting go of them before the bodies are built takes the
   // message's size off the peak (a 20 MB message is otherwise held three times over).
   input.raw = EMPTY;
   if (!read.ok) return read;
   const { mail, structure } = read;
+  // Bodies that carry a large attachment inline are built beside it: the raw bytes, and the
+  // decoder's chunks the attachment was joined from, go first. A 5 MB message rose 0-14 MB with
+  // this, 10-19 MB without (docs/decisions/0019-large-message-memory.md).
+  if (
+    rawBytes >= COLLECT_BEFORE_BODIES_BYTES &&
+    mail.attachments.some(
+      (attachment) => (attachment.content?.byteLength ?? 0) >= COLLECT_BEFORE_BODIES_BYTES,
+    )
+  )
+    await collectAll();
 
   const fields = readFields(mail.headerLines, defect);
   const headers = headersObject(fields);

@@ -26,16 +26,14 @@ lowerOwnPriority(niceness);
 export const COLLECT_AFTER_BYTES = 1024 * 1024;
 
 /**
- * Collects after a large task, from a callback of its own. The task ends in a microtask of the
- * parser's last callback, whose native frame still holds the MailParser as a root; piscina then
- * blocks in Atomics.wait from that same microtask. Collected there, the parser and the raw bytes
- * its listeners reach survived: a 25 MB message's 24 MB stayed resident until the next large task
+ * Collects after a large task, from a callback of its own (collectAll). The task ends in a microtask
+ * of the parser's last callback, whose native frame still roots the MailParser; piscina then blocks
+ * in Atomics.wait from that same microtask. Collected there, the parser and the raw bytes its
+ * listeners reach survived: a 25 MB message's 24 MB stayed resident until the next large task
  * (docs/decisions/0019-large-message-memory.md).
  */
 async function collectAfter(rawBytes: number): Promise<void> {
-  if (rawBytes < COLLECT_AFTER_BYTES) return;
-  await new Promise((resolve) => setImmediate(resolve));
-  collectAll();
+  if (rawBytes >= COLLECT_AFTER_BYTES) await collectAll();
 }
 
 // the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes
