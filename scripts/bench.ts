@@ -30,7 +30,7 @@ import {
 import { historyPart, renderHistory } from './bench/history.ts';
 import { listingPart, renderListing } from './bench/listing.ts';
 import { awaitDeliveries, latencies, loadAverage } from './bench/measure.ts';
-import { memoryLargePart } from './bench/memory-large.ts';
+import { MEMORY_LARGE_ALL_CASES, memoryLargePart, renderMemoryLarge } from './bench/memory-large.ts';
 import { type OutageHarness, outagePart, renderOutage } from './bench/outage.ts';
 import { API_KEY, log, measuredCommit, ONLY, QUICK } from './bench/settings.ts';
 import { renderFigures, SHARED_DATABASE_PARTS, sharedParts } from './bench/shared-parts.ts';
@@ -120,6 +120,8 @@ if (
   E2E.load.sessions === E2E_SESSIONS
 )
   updateFigures({ e2e: results.e2e }, 'e2e', renderE2e);
+if (!ONLY && results.memoryLarge && MEMORY_LARGE_ALL_CASES)
+  updateFigures({ memoryLarge: results.memoryLarge }, 'memory-large', renderMemoryLarge);
 // one backend at a time may be rerun (BENCH_HISTORY_BACKENDS): the others' figures are kept
 if (!QUICK && !ONLY && results.history)
   updateFigures({ history: results.history }, 'history', renderHistory, (kept, fresh) => ({

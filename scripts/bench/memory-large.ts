@@ -5,7 +5,9 @@
 // reset through /proc/<pid>/clear_refs, and VmRSS sampled every 20 ms), as a ratio to the bytes in
 // flight, and how long until it is back within 20% of the baseline. Senders announce SIZE and retry
 // a 4xx after a second, as an MTA would (sooner than one: the run has to end). Run alone:
-//   BENCH_PARTS=memory-large node scripts/bench.ts       (or: node scripts/bench/memory-large.ts)
+//   BENCH_PARTS=memory-large npm run bench    (writes its section of docs/BENCHMARKS.md when every
+//                                              case ran: no BENCH_LARGE_* set)
+//   node scripts/bench/memory-large.ts        (its figures into a file under the temp folder only)
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -14,7 +16,9 @@ import os from 'node:os';
 import path from 'node:path';
 import nodemailer from 'nodemailer';
 import { type ServiceProcess, startService } from '../service-process.ts';
+import { loadAverage } from './measure.ts';
 import { memoryMb } from './proc.ts';
+import { measuredCommit } from './settings.ts';
 
 const API_KEY = 'bench-memory-large-key-0123456789';
 const DOMAIN = 'large.example';
@@ -198,9 +202,8 @@ let sequence = 0;
 
 /**
  * Warm-up: both parse lanes started and their code compiled (20 messages of 10 KB and 3 of 1 MB).
- * Each run then sends one 25 MB message before it measures (the first costs more: the large lane's
- * thread grows its heap for it once); the sizes run reports that first one as
- * `firstLargeAfterStart`.
+ * The sizes run then measures the first 25 MB message since the worker started on its own
+ * (`firstLargeAfterStart`); the other runs send one before they measure.
  */
 async function warmUp(running: Running): Promise<void> {
   for (let round = 0; round < 20; round++) await measureQuietly(running, 1, 10_000);
@@ -251,9 +254,20 @@ async function measure(running: Running, count: number, bytes: number): Promise<
   };
 }
 
+/** Whether every case runs (no BENCH_LARGE_* set): only such a run writes docs/BENCHMARKS.md. */
+export const MEMORY_LARGE_ALL_CASES = [
+  'BENCH_LARGE_SIZES',
+  'BENCH_LARGE_CONCURRENCY',
+  'BENCH_LARGE_RUNS',
+].every((name) => process.env[name] === undefined);
+
 /** The part: sizes on MAX_MESSAGE_SIZE=30MB, concurrency with a budget that lets every message in, and the defaults. */
 export async function memoryLargePart(): Promise<Record<string, unknown>> {
-  const results: Record<string, unknown> = {};
+  const results: Record<string, unknown> = {
+    date: new Date().toISOString(),
+    commit: measuredCommit(),
+    loadBefore: loadAverage(),
+  };
   // for looking into one case: BENCH_LARGE_SIZES=25 BENCH_LARGE_CONCURRENCY=4 BENCH_LARGE_RUNS=sizes,wide
   const list = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',');
   const sizes = list('BENCH_LARGE_SIZES', '1,5,10,25').map(Number);
@@ -263,6 +277,7 @@ export async function memoryLargePart(): Promise<Record<string, unknown>> {
   if (runs.has('sizes')) await sizesRun(sizes, results);
   if (runs.has('wide')) await wideRun(counts, results);
   if (runs.has('defaults')) await defaultsRun(counts, results);
+  results.loadAfter = loadAverage();
   return results;
 }
 
@@ -320,6 +335,75 @@ async function defaultsRun(counts: number[], results: Record<string, unknown>): 
   } finally {
     await stop(defaults);
   }
+}
+
+type Figures = {
+  messages: number;
+  messageMb: number;
+  baselineMb: number;
+  peakMb: number;
+  riseMb: number;
+  mostInFlightMb: number;
+  ratioToInFlight: number;
+  refusedThenRetried: number;
+  deliveredSeconds: number;
+  backWithin20PercentSeconds: number | null;
+};
+
+/** The part's section of docs/BENCHMARKS.md (between its markers), from `memoryLarge` of the results. */
+export function renderMemoryLarge(results: Record<string, unknown>): string {
+  const large = results.memoryLarge as {
+    date: string;
+    commit: string;
+    loadBefore: string;
+    loadAfter: string;
+    firstLargeAfterStart: Figures;
+    bySize: Figures[];
+    byConcurrency: Figures[];
+    atDefaults: Figures[];
+  };
+  const back = (f: Figures) =>
+    f.backWithin20PercentSeconds === null
+      ? 'not within 60 s'
+      : f.backWithin20PercentSeconds === 0
+        ? 'at once'
+        : `${f.backWithin20PercentSeconds} s`;
+  const sizeRow = (label: string, f: Figures) =>
+    `| ${label} | ${f.baselineMb} | ${f.peakMb} | ${f.riseMb} | ${f.ratioToInFlight.toFixed(2)} | ${back(f)} |`;
+  const sizeLabel = (f: Figures) =>
+    f.messageMb === 5 ? '5 MB (attachment inline: a 5 MB webhook body)' : `${f.messageMb} MB`;
+  return [
+    `Measured ${large.date.slice(0, 16).replace('T', ' ')} UTC at ${large.commit} with`,
+    '`BENCH_PARTS=memory-large npm run bench`, WORKERS=1 unless said; load average',
+    `${large.loadBefore} before, ${large.loadAfter} after (2 cores shared with other work). Goal: every`,
+    'rise at most 3 times the bytes in flight, back within 20% within a minute.',
+    '',
+    'Messages one at a time, MAX_MESSAGE_SIZE=30MB, MEMORY_BUDGET 64MB:',
+    '',
+    '| message | resting RSS MB | peak MB | rise MB | rise / message | back within 20% |',
+    '|---|---|---|---|---|---|',
+    sizeRow('25 MB, the first large one since the worker started', large.firstLargeAfterStart),
+    ...large.bySize.map((f) => sizeRow(sizeLabel(f), f)),
+    '',
+    '25 MB messages at once, MAX_MESSAGE_SIZE=30MB, MEMORY_BUDGET=450MB (every message let in):',
+    '',
+    '| at once | in flight MB | peak MB (resting) | rise MB | rise / in flight | delivered in | back within 20% |',
+    '|---|---|---|---|---|---|---|',
+    ...large.byConcurrency.map(
+      (f) =>
+        `| ${f.messages} | ${f.mostInFlightMb} | ${f.peakMb} (${f.baselineMb}) | ${f.riseMb} | ${f.ratioToInFlight.toFixed(2)} | ${f.deliveredSeconds} s | ${back(f)} |`,
+    ),
+    '',
+    "The service's defaults (MAX_MESSAGE_SIZE 25MB, MEMORY_BUDGET 64MB: two 25 MB messages at a time;",
+    'the standby worker started):',
+    '',
+    '| sent at once | most in flight MB | peak MB (resting) | rise MB | rise / in flight | 452 4.3.1 then retried | all delivered in | back within 20% |',
+    '|---|---|---|---|---|---|---|---|',
+    ...large.atDefaults.map(
+      (f) =>
+        `| ${f.messages} | ${f.mostInFlightMb} | ${f.peakMb} (${f.baselineMb}) | ${f.riseMb} | ${f.ratioToInFlight.toFixed(2)} | ${f.refusedThenRetried} | ${f.deliveredSeconds} s | ${back(f)} |`,
+    ),
+  ].join('\n');
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

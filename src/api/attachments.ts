@@ -17,6 +17,11 @@ export const ATTACHMENT_PATH = /^\/messages\/[^/?]+\/attachments\/\d+$/;
 
 // the response is written in slices of this size, never as one more copy of the whole
 const SLICE_BYTES = 256 * 1024;
+/**
+ * The Retry-After of a download refused for MEMORY_BUDGET, seconds: the budget frees as the
+ * messages in flight are parsed, a second or two each for the largest.
+ */
+export const BUSY_RETRY_AFTER_SECONDS = 5;
 
 interface Options {
   store: Store;
@@ -69,6 +74,7 @@ export const attachmentRoutes: FastifyPluginAsync<Options> = async (app, { store
         throw new ServiceError(
           'service_unavailable',
           'too much mail is in progress here (MEMORY_BUDGET): try again shortly',
+          { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS },
         );
       let sent = false;
       try {

@@ -54,6 +54,8 @@ export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const { status, body } = toErrorBody(err);
     if (status >= 500) request.log.error({ err }, 'request failed');
+    if (err instanceof ServiceError && err.retryAfterSeconds !== undefined)
+      reply.header('retry-after', String(err.retryAfterSeconds));
     return reply.code(status).type('application/json').send(body);
   });
   app.setNotFoundHandler((request, reply) => {

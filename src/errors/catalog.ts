@@ -73,14 +73,17 @@ export class ServiceError extends Error {
   readonly statusCode: number;
   /** smtp-server reads responseCode; set it so an outage never becomes a 5xx bounce */
   readonly responseCode: number | undefined;
+  /** when to try again, seconds: the HTTP answer's Retry-After (absent: none is sent) */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(code: ErrorCode, message?: string) {
+  constructor(code: ErrorCode, message?: string, options: { retryAfterSeconds?: number } = {}) {
     const entry: CatalogEntry = ERRORS[code];
     super(message ?? (entry.smtp ? `${entry.smtp.enhanced} ${entry.smtp.text}` : code));
     this.name = 'ServiceError';
     this.code = code;
     this.statusCode = entry.http;
     this.responseCode = entry.smtp?.code;
+    this.retryAfterSeconds = options.retryAfterSeconds;
   }
 }
 

@@ -1,6 +1,7 @@
 // Owns the mapping from one raw message to its webhook payload bodies (SPEC "webhook payload JSON"):
 // one UTF-8 JSON body per delivery, the shared part serialised once. Runs inside a parse worker
 // thread, so it is pure (no I/O) and returns plain objects only.
+import { createHash, type Hash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type {
   AttachmentCommon,
@@ -13,6 +14,7 @@ import { MailParser } from 'mailparser';
 import { type AttachmentLinks, attachmentUrl } from '../signing/attachment-url.ts';
 import { deliveryHeaders } from '../signing/webhook-signature.ts';
 import type { StoredAuth } from '../store/messages.ts';
+import { collectAll } from '../util/collect.ts';
 import type { DefectSink, HeaderField } from './header-text.ts';
 import { charsetDecoder, firstAddress, readHeaderField } from './header-text.ts';
 import type { MimeStructure } from './mime-structure.ts';
@@ -97,6 +99,8 @@ type BodyPart = Uint8Array | string | { base64Of: Buffer };
 interface ReadAttachment extends Pick<AttachmentCommon, 'filename' | 'contentType' | 'headers'> {
   size: number;
   content: Buffer | undefined;
+  /** SHA-256 of the decoded bytes (lowercase hex), hashed as they were read when they were let go */
+  sha256: string | undefined;
 }
 
 /** The message as read: the header lines, the text bodies and the attachments in order. */
@@ -107,8 +111,13 @@ interface ReadMail {
   attachments: ReadAttachment[];
 }
 
-/** Whether attachment `index` is still kept whole once `size` of its decoded bytes are read. */
-type KeepAttachment = (index: number, size: number) => boolean;
+/** What is kept of each attachment as it is read. */
+interface ReadPolicy {
+  /** whether attachment `index` is still kept whole once `size` of its decoded bytes are read */
+  keep(index: number, size: number): boolean;
+  /** hash the bytes of an attachment that is let go as they are read (its URL's entry names it) */
+  hashLetGo: boolean;
+}
 
 // Skip every conversion the payload does not carry: HTML→text is slow on large HTML, and the
 // text→HTML, link and cid: rewriting would change the bodies the sender wrote.
@@ -127,8 +136,14 @@ const STALL_CHECK_MS = 100;
 const STALL_IDLE_CHECKS = 5;
 const IDLE_UTILIZATION = 0.1;
 const STALLED = Symbol('stalled');
-// what the parser is fed at a time (views of the raw bytes, not copies)
-const FEED_SLICE_BYTES = 1024 * 1024;
+// What the parser is fed at a time (views of the raw bytes): the chunk size of mailparser's
+// ChunkedPassthrough, which copies every write and queues up to 16 of them before it lets the
+// writer wait. Fed 1 MiB at a time, a 25 MB message's parse held some 20 MB of copies at its
+// peak; fed this, about 1 MB (docs/decisions/0019-large-message-memory.md).
+const FEED_SLICE_BYTES = 64 * 1024;
+// a message of this many raw bytes or more with an inline attachment as large is collected before
+// its bodies are built
+const COLLECT_BEFORE_BODIES_BYTES = 1024 * 1024;
 // Read inline message/rfc822 parts as attachments rather than as embedded messages: the retry
 // for a parse that stalled. (mailsplit takes the option; the typings do not list it.)
 const NO_EMBEDDED: MailParserOptions & { ignoreEmbedded: boolean } = {
@@ -155,15 +170,29 @@ export async function parseMessage(input: ParseInput): Promise<ParseOutput> {
     defects.add(note.length > MAX_DEFECT_LENGTH ? `${note.slice(0, MAX_DEFECT_LENGTH - 1)}…` : note);
   };
   // an attachment larger than MAX_INLINE_ATTACHMENT goes by URL whatever else the message holds
-  // (attachmentsByUrl): its bytes are counted as they are decoded, never gathered
+  // (attachmentsByUrl): its bytes are counted and hashed as they are decoded, never gathered
   const policy = input.attachments;
-  const keep: KeepAttachment = policy ? (_index, size) => size <= policy.inlineMax : () => true;
-  const [read, auth] = await Promise.all([readMessage(input.raw, defect, keep), senderAuth(input)]);
+  const reading: ReadPolicy = {
+    keep: policy ? (_index, size) => size <= policy.inlineMax : () => true,
+    hashLetGo: true,
+  };
+  const rawBytes = input.raw.byteLength;
+  const [read, auth] = await Promise.all([readMessage(input.raw, defect, reading), senderAuth(input)]);
   // Nothing below needs the raw bytes: letting go of them before the bodies are built takes the
   // message's size off the peak (a 20 MB message is otherwise held three times over).
   input.raw = EMPTY;
   if (!read.ok) return read;
   const { mail, structure } = read;
+  // Bodies that carry a large attachment inline are built beside it: the raw bytes, and the
+  // decoder's chunks the attachment was joined from, go first. A 5 MB message rose 0-14 MB with
+  // this, 10-19 MB without (docs/decisions/0019-large-message-memory.md).
+  if (
+    rawBytes >= COLLECT_BEFORE_BODIES_BYTES &&
+    mail.attachments.some(
+      (attachment) => (attachment.content?.byteLength ?? 0) >= COLLECT_BEFORE_BODIES_BYTES,
+    )
+  )
+    await collectAll();
 
   const fields = readFields(mail.headerLines, defect);
   const headers = headersObject(fields);
@@ -268,11 +297,10 @@ export async function extractAttachment(input: {
   index: number;
 }): Promise<AttachmentOutput> {
   // only the one asked for is kept: the others are counted and let go as they are read
-  const read = await readMessage(
-    input.raw,
-    () => {},
-    (index) => index === input.index,
-  );
+  const read = await readMessage(input.raw, () => {}, {
+    keep: (index) => index === input.index,
+    hashLetGo: false,
+  });
   input.raw = EMPTY;
   if (!read.ok) return read;
   const attachment = read.mail.attachments[input.index];
@@ -339,15 +367,23 @@ function attachmentsParts(
   );
 }
 
-// An entry sent by URL: {"filename", "content_type", "size", "url", "expires_at"}, no content.
+// An entry sent by URL: {"filename", "content_type", "size", "sha256", "url", "expires_at"}, no
+// content. The hash was made as the bytes were read; one kept whole (sent by URL to keep the body
+// under MAX_WEBHOOK_BODY) is hashed now.
 function attachmentReference(
   attachment: ReadAttachment,
   index: number,
   policy: AttachmentPolicy,
 ): Uint8Array {
   const { url, expiresAt } = attachmentUrl(policy, policy.messageId, index);
+  const sha256 =
+    attachment.sha256 ??
+    createHash('sha256')
+      .update(attachment.content ?? EMPTY)
+      .digest('hex');
   return encoder.encode(
-    `${attachmentFields(attachment, index)},"url":${json(url)},"expires_at":${json(expiresAt.toISOString())}}`,
+    `${attachmentFields(attachment, index)},"sha256":${json(sha256)},"url":${json(url)}` +
+      `,"expires_at":${json(expiresAt.toISOString())}}`,
   );
 }
 
@@ -359,7 +395,7 @@ function base64Length(bytes: number): number {
 async function readMessage(
   bytes: Uint8Array,
   defect: DefectSink,
-  keep: KeepAttachment,
+  reading: ReadPolicy,
 ): Promise<{ ok: true; mail: ReadMail; structure: MimeStructure } | Unparseable> {
   const raw = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   if (raw.every((byte) => WHITESPACE_BYTES.has(byte))) {
@@ -370,9 +406,9 @@ async function readMessage(
     return unparseable('no header fields: the message does not start with a "Name: value" header block');
   }
   try {
-    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS }, keep);
+    let parsed = await parseUnlessStalled(raw, { ...PARSER_OPTIONS }, reading);
     if (parsed === STALLED) {
-      parsed = await parseUnlessStalled(raw, NO_EMBEDDED, keep);
+      parsed = await parseUnlessStalled(raw, NO_EMBEDDED, reading);
       if (parsed === STALLED)
         return unparseable('mailparser stalled: it stopped before the end of the message');
       defect('mailparser stalled on an embedded message; message/rfc822 parts kept as attachments');
@@ -388,7 +424,7 @@ async function readMessage(
 function parseUnlessStalled(
   raw: Buffer,
   options: MailParserOptions,
-  keep: KeepAttachment,
+  reading: ReadPolicy,
 ): Promise<ReadMail | typeof STALLED> {
   return new Promise((resolve, reject) => {
     let idleChecks = 0;
@@ -404,7 +440,7 @@ function parseUnlessStalled(
         resolve(STALLED);
       }
     }, STALL_CHECK_MS);
-    readMail(raw, options, keep).then(
+    readMail(raw, options, reading).then(
       (mail) => {
         clearInterval(watch);
         resolve(mail);
@@ -420,9 +456,9 @@ function parseUnlessStalled(
 /**
  * What mailparser's simpleParser reads (the same MailParser, options and order of attachments, so
  * an attachment's index names the same one), except that an attachment's decoded bytes are kept
- * only while `keep` says so: past it they are counted and let go as they arrive.
+ * only while `policy.keep` says so: past it they are counted (and hashed) and let go as they arrive.
  */
-function readMail(raw: Buffer, options: MailParserOptions, keep: KeepAttachment): Promise<ReadMail> {
+function readMail(raw: Buffer, options: MailParserOptions, policy: ReadPolicy): Promise<ReadMail> {
   return new Promise((resolve, reject) => {
     const mail: ReadMail = { headerLines: [], text: undefined, html: undefined, attachments: [] };
     const parser = new MailParser(options);
@@ -458,16 +494,28 @@ function readMail(raw: Buffer, options: MailParserOptions, keep: KeepAttachment)
         headers: data.headers,
         size: 0,
         content: undefined,
+        sha256: undefined,
       };
       mail.attachments.push(attachment);
       let chunks: Buffer[] | undefined = [];
+      let hash: Hash | undefined;
       data.content.on('data', (chunk: Buffer) => {
         attachment.size += chunk.length;
-        if (chunks && keep(index, attachment.size)) chunks.push(chunk);
-        else chunks = undefined;
+        if (chunks && policy.keep(index, attachment.size)) {
+          chunks.push(chunk);
+          return;
+        }
+        // let go: what was kept so far goes into the hash, then each chunk as it comes
+        if (chunks && policy.hashLetGo) {
+          hash = createHash('sha256');
+          for (const kept of chunks) hash.update(kept);
+        }
+        chunks = undefined;
+        hash?.update(chunk);
       });
       data.content.on('end', () => {
         if (chunks) attachment.content = Buffer.concat(chunks, attachment.size);
+        if (hash) attachment.sha256 = hash.digest('hex');
         chunks = undefined;
         data.release();
         read();

@@ -1,9 +1,8 @@
 // The parse thread's entry point, which piscina loads in each thread of the pool (pool.ts): parse one
 // message and hand the JSON bodies back by transferring their ArrayBuffers, so a large payload
 // crosses threads without a copy. It lives beside its pool: nothing else starts it.
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { move, transferableSymbol, valueSymbol, workerData } from 'piscina';
+import { collectAll } from '../util/collect.ts';
 import { lowerOwnPriority } from '../util/thread-priority.ts';
 import type { AttachmentOutput, ParseInput, ParseOutput } from './payload.ts';
 import { authenticateOnly, extractAttachment, parseMessage } from './payload.ts';
@@ -25,13 +24,16 @@ lowerOwnPriority(niceness);
  * (parseMessage empties `input.raw`). About 10-30 ms of this thread, once per large message.
  */
 export const COLLECT_AFTER_BYTES = 1024 * 1024;
-// `gc` as V8 exposes it with the flag, in a context made after it is set (this thread's own
-// global was made before)
-setFlagsFromString('--expose-gc');
-const collectGarbage = runInNewContext('gc') as () => void;
 
-function collectAfter(rawBytes: number): void {
-  if (rawBytes >= COLLECT_AFTER_BYTES) collectGarbage();
+/**
+ * Collects after a large task, from a callback of its own (collectAll). The task ends in a microtask
+ * of the parser's last callback, whose native frame still roots the MailParser; piscina then blocks
+ * in Atomics.wait from that same microtask. Collected there, the parser and the raw bytes its
+ * listeners reach survived: a 25 MB message's 24 MB stayed resident until the next large task
+ * (docs/decisions/0019-large-message-memory.md).
+ */
+async function collectAfter(rawBytes: number): Promise<void> {
+  if (rawBytes >= COLLECT_AFTER_BYTES) await collectAll();
 }
 
 // the pool's other tasks (piscina's `name`): sender authentication alone, one attachment's bytes

@@ -1,5 +1,15 @@
 // A message's bytes as DATA delivers them, gathered in place.
+import { collectYoung } from '../util/collect.ts';
+
 const GROWTH_BYTES = 1024 * 1024;
+/**
+ * Every this many bytes of a message, the event loop's young generation is collected. Each socket
+ * read, gzip output and GridFS chunk of a large message is a buffer outside the heap that dies young,
+ * but V8 collects for them only past a limit tens of megabytes away: the first 25 MB message after a
+ * start grew the process's malloc arena by about 20 MB with them, and its peak with it
+ * (docs/decisions/0019-large-message-memory.md). A scavenge takes about a millisecond.
+ */
+const COLLECT_EVERY_BYTES = 4 * 1024 * 1024;
 
 /**
  * A message's bytes gathered as they arrive into one buffer that grows in place: a resizable
@@ -27,6 +37,8 @@ export class Gathered {
     if (needed > buffer.byteLength)
       buffer.resize(Math.min(buffer.maxByteLength, Math.max(needed, buffer.byteLength + GROWTH_BYTES)));
     this.#view.set(chunk, this.#length);
+    if (Math.floor(needed / COLLECT_EVERY_BYTES) > Math.floor(this.#length / COLLECT_EVERY_BYTES))
+      collectYoung();
     this.#length = needed;
     return true;
   }

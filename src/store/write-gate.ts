@@ -62,7 +62,7 @@ function gated<T extends object>(
   target: T,
   writes: ReadonlySet<PropertyKey>,
   gate: WriteGate,
-  more?: (prop: PropertyKey, value: unknown) => unknown,
+  more?: (prop: PropertyKey) => unknown,
 ): T {
   return new Proxy(target, {
     get(object, prop) {
@@ -71,7 +71,7 @@ function gated<T extends object>(
       if (writes.has(prop))
         return (...args: unknown[]) =>
           gate.run(() => (value as (...a: unknown[]) => Promise<unknown>).apply(object, args));
-      return more?.(prop, value) ?? value.bind(object);
+      return more?.(prop) ?? value.bind(object);
     },
   });
 }
@@ -86,7 +86,7 @@ export function gateCollection<T extends Document>(
 
 /** A database whose writes, and those of every collection taken from it, wait for `gate`. */
 export function gateDatabase(db: Db, gate: WriteGate): Db {
-  return gated(db, DATABASE_WRITES, gate, (prop, value) =>
+  return gated(db, DATABASE_WRITES, gate, (prop) =>
     prop === 'collection'
       ? (...args: Parameters<Db['collection']>) => gateCollection(db.collection(...args), gate)
       : undefined,

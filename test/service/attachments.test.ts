@@ -1,7 +1,7 @@
 // Attachments by reference: a 12 MB attachment is sent as a signed, expiring URL on this service
-// (no API key needed), whose bytes are the original's; a changed or expired URL is 403, and once
-// the stored original is gone, 410. A small attachment stays inline. The payload with references
-// validates against openapi.yaml.
+// (no API key needed), whose bytes are the original's and hash to the payload's `sha256`; a changed
+// or expired URL is 403, and once the stored original is gone, 410. A small attachment stays
+// inline. The payload with references validates against openapi.yaml.
 import { createHash, randomBytes } from 'node:crypto';
 import test from 'ava';
 import { attachmentUrl } from '../../src/signing/attachment-url.ts';
@@ -23,6 +23,7 @@ interface AttachmentEntry {
   content_type: string;
   size: number;
   content?: string;
+  sha256?: string;
   url?: string;
   expires_at?: string;
 }
@@ -99,6 +100,9 @@ test.serial('the URL serves the original bytes without an API key', async (t) =>
   const bytes = Buffer.from(await response.arrayBuffer());
   t.is(bytes.length, BIG.length);
   t.is(createHash('sha256').update(bytes).digest('hex'), createHash('sha256').update(BIG).digest('hex'));
+  // the payload named the same hash, computed as the message was parsed
+  t.is(entries[0]!.sha256, createHash('sha256').update(BIG).digest('hex'));
+  t.is(entries[1]!.sha256, undefined);
 });
 
 test.serial('a changed URL is 403: signature, attachment number, expiry', async (t) => {

@@ -3,7 +3,8 @@
 // announce one and does not fit is answered 452 4.3.1 at the end of DATA; a small message still
 // fits beside them, the senders' retries are accepted once the budget frees, every accepted message
 // is delivered with its exact bytes (its attachment by URL), and /metrics counts the refusals. An
-// attachment's download holds the message's bytes too: 503 while the budget cannot take them.
+// attachment's download holds the message's bytes too: 503 with Retry-After while the budget
+// cannot take them.
 import { randomBytes } from 'node:crypto';
 import test from 'ava';
 import { ApiClient } from '../_support/http.ts';
@@ -190,6 +191,7 @@ test.serial(
     try {
       const refused = await fetch(url);
       t.is(refused.status, 503);
+      t.is(refused.headers.get('retry-after'), '5');
       t.is(((await refused.json()) as { error: string }).error, 'service_unavailable');
     } finally {
       holder.close();

@@ -1,6 +1,7 @@
 // parseMessage: every payload field for each hand-written fixture, the per-delivery splice of `to`
 // and `plus_tag`, key order, defects for partly broken mail, and what counts as unparseable.
 
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import test from 'ava';
 import type { DeliverySpec, ParseInput, ParseOutput } from '../../src/parse/payload.ts';
@@ -619,3 +620,59 @@ for (const row of UNPARSEABLE_ROWS) {
     t.regex(output.message, row.message);
   });
 }
+
+test('an attachment sent by URL carries the SHA-256 of its bytes, hashed while it was read or whole', async (t) => {
+  // 300 KB: over the inline limit, let go as it is read; 100 KB: kept whole, then sent by URL too
+  // because the body would be over its limit with it
+  const large = Uint8Array.from({ length: 300_000 }, (_, i) => (i * 7 + (i >> 9)) % 256);
+  const medium = Uint8Array.from({ length: 100_000 }, (_, i) => (i * 13) % 251);
+  const part = (name: string, bytes: Uint8Array) =>
+    [
+      '--b',
+      `Content-Type: application/octet-stream; name="${name}"`,
+      `Content-Disposition: attachment; filename="${name}"`,
+      'Content-Transfer-Encoding: base64',
+      '',
+      Buffer.from(bytes).toString('base64').replace(/.{76}/g, '$&\r\n'),
+    ].join('\r\n');
+  const raw = utf8(
+    [
+      'From: a@example.org',
+      'To: support@example.net',
+      'Subject: hashed',
+      'MIME-Version: 1.0',
+      'Content-Type: multipart/mixed; boundary="b"',
+      '',
+      part('large.bin', large),
+      part('medium.bin', medium),
+      '--b--',
+      '',
+    ].join('\r\n'),
+  );
+  const output = okOutput(
+    await parseMessage({
+      ...input(raw),
+      attachments: {
+        publicUrl: 'https://mail.example',
+        key: Buffer.alloc(32, 7).toString('base64'),
+        ttlMs: 60_000,
+        messageId: 'm-hashed',
+        inlineMax: 200_000,
+        bodyMax: 50_000,
+      },
+    }),
+  );
+  const entries = payloadOf(output.bodies[0]!.body).attachments as unknown as Array<Record<string, unknown>>;
+  const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+  t.deepEqual(
+    entries.map((entry) => Object.keys(entry)),
+    [
+      ['filename', 'content_type', 'size', 'sha256', 'url', 'expires_at'],
+      ['filename', 'content_type', 'size', 'sha256', 'url', 'expires_at'],
+    ],
+  );
+  t.is(entries[0]!.sha256, sha256(large));
+  t.is(entries[0]!.size, large.length);
+  t.is(entries[1]!.sha256, sha256(medium));
+  t.is(entries[1]!.size, medium.length);
+});
