@@ -140,8 +140,8 @@ export async function restoreRecord(
     replays: (record.replays ?? 0) + 1,
   });
   if (!doc) return undefined;
-  // meanwhile the working-set copy is the one listed and read
-  await takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
+  // meanwhile the working-set copy is the one listed and read: the replay need not wait for it
+  void takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
   return doc;
 }
 
