@@ -144,10 +144,16 @@ function recall(namespace: string, id: ObjectId): DecodedSet | undefined {
 }
 
 async function unpackKept(namespace: string, set: EntrySet): Promise<DecodedSet> {
-  const kept = recall(namespace, set._id);
-  if (kept) return kept;
-  const one = decodedSet(await unpack(set));
-  decoded.set(`${namespace}/${set._id.toHexString()}`, one);
+  return recall(namespace, set._id) ?? keep(namespace, set._id, await unpack(set));
+}
+
+/**
+ * Keeps a set's entries decoded: read back, or as this process writes it (an archive batch's set, a
+ * merged set), so that the first pages after a burst do not decode what this process just wrote.
+ */
+function keep(namespace: string, id: ObjectId, entries: ListingEntry[]): DecodedSet {
+  const one = decodedSet(entries);
+  decoded.set(`${namespace}/${id.toHexString()}`, one);
   decodedEntries += one.newestFirst.length;
   for (const [oldest, old] of decoded) {
     if (decodedEntries <= DECODED_MAX_ENTRIES) break;
@@ -166,7 +172,10 @@ export function listingPartitionOf(kind: RecordKind, id: string): string {
 export async function appendEntries(store: Connection, name: string, entries: ListingEntry[]): Promise<void> {
   if (entries.length === 0) return;
   store.partitions.note(name);
-  await store.db.collection<EntrySet>(name).insertOne(await pack(entries), { writeConcern: DURABLE });
+  const collection = store.db.collection<EntrySet>(name);
+  const set = await pack(entries);
+  await collection.insertOne(set, { writeConcern: DURABLE });
+  keep(collection.namespace, set._id, [...entries]);
 }
 
 /** Appends each entry to the listing partition of its record: one insert per partition. */
@@ -339,9 +348,11 @@ async function merge(store: Connection, name: string, sets: EntrySet[], all: Lis
   try {
     store.partitions.note(mergedName);
     for (let start = 0; start < merged.length; start += MERGED_MAX) {
-      const set = await pack(merged.slice(start, start + MERGED_MAX));
+      const some = merged.slice(start, start + MERGED_MAX);
+      const set = await pack(some);
       // the set first, then its pointer: a pointer always finds its set
       await mergedSets.insertOne(set, { writeConcern: DURABLE });
+      keep(mergedSets.namespace, set._id, some);
       await collection.insertOne(
         { _id: set._id, merged: true, oldest: set.oldest, newest: set.newest },
         { writeConcern: DURABLE },
