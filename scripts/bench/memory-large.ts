@@ -8,6 +8,7 @@
 //   BENCH_PARTS=memory-large npm run bench    (writes its section of docs/BENCHMARKS.md when every
 //                                              case ran: no BENCH_LARGE_* set)
 //   node scripts/bench/memory-large.ts        (its figures into a file under the temp folder only)
+
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -17,6 +18,7 @@ import path from 'node:path';
 import nodemailer from 'nodemailer';
 import { type ServiceProcess, startService } from '../service-process.ts';
 import { loadAverage } from './measure.ts';
+import { multipartWithAttachments } from './mime.ts';
 import { memoryMb } from './proc.ts';
 import { measuredCommit } from './settings.ts';
 
@@ -29,33 +31,19 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** One message of `bytes` in all: a line of text and one attachment (base64) making up the rest. */
 function largeMessage(name: string, bytes: number): Buffer {
-  const head = [
-    'From: sender@sender.example',
-    `To: in@${DOMAIN}`,
-    `Subject: ${name}`,
-    `Message-ID: <${name}@sender.example>`,
-    'MIME-Version: 1.0',
-    'Content-Type: multipart/mixed; boundary="b"',
-    '',
-    '--b',
-    'Content-Type: text/plain; charset=utf-8',
-    '',
-    `${name}: the attachment is the rest`,
-    '--b',
-    'Content-Type: application/pdf; name="scan.pdf"',
-    'Content-Disposition: attachment; filename="scan.pdf"',
-    'Content-Transfer-Encoding: base64',
-    '',
-    '',
-  ].join('\r\n');
-  const tail = '\r\n--b--\r\n';
-  // base64 lines of 76 characters and a CRLF: 78 bytes carry 57
-  const room = bytes - head.length - tail.length;
-  const lines = Math.floor(room / 78);
-  const content = randomBytes(lines * 57);
-  const body = content.toString('base64').replace(/.{76}/g, '$&\r\n');
-  const padding = 'x'.repeat(Math.max(0, room - body.length - 2));
-  return Buffer.from(`${head}${body}\r\n${padding ? `${padding}\r\n` : ''}${tail}`.slice(0, bytes));
+  const headers = {
+    from: 'sender@sender.example',
+    to: `in@${DOMAIN}`,
+    subject: name,
+    messageId: `<${name}@sender.example>`,
+  };
+  const text = `${name}: the attachment is the rest`;
+  const build = (line: string, content: Buffer) =>
+    multipartWithAttachments(headers, line, [{ name: 'scan.pdf', contentType: 'application/pdf', content }]);
+  // base64 lines of 76 characters and a CRLF: 78 bytes carry 57; the text line takes up what is left
+  const content = randomBytes(Math.floor((bytes - build(text, Buffer.alloc(0)).length) / 78) * 57);
+  const short = bytes - build(text, content).length;
+  return Buffer.from(build(short > 0 ? `${text} ${'x'.repeat(short - 1)}` : text, content).slice(0, bytes));
 }
 
 interface Receiver {

@@ -4,12 +4,12 @@
 // inline. The payload with references validates against openapi.yaml.
 import { createHash, randomBytes } from 'node:crypto';
 import test from 'ava';
+import { multipartWithAttachments } from '../../scripts/bench/mime.ts';
 import { attachmentUrl } from '../../src/signing/attachment-url.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
 import { testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
-import { multipartWithAttachments } from '../_support/mime.ts';
 import { checkSchema } from '../_support/openapi.ts';
 import { type Pipeline, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';

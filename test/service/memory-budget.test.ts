@@ -7,8 +7,8 @@
 // cannot take them.
 import { randomBytes } from 'node:crypto';
 import test from 'ava';
+import { multipartWithAttachments } from '../../scripts/bench/mime.ts';
 import { ApiClient } from '../_support/http.ts';
-import { multipartWithAttachments } from '../_support/mime.ts';
 import { type Pipeline, routeTo, startPipeline } from '../_support/pipeline.ts';
 import { sampleSum } from '../_support/prometheus.ts';
 import { type SendResult, SmtpDialog, sendRaw } from '../_support/smtp.ts';

@@ -1,11 +1,12 @@
-// Plain multipart messages built for a test: a text part and attachments, base64 in 76-character lines.
+// Plain multipart messages: a text part and attachments, base64 in 76-character lines (the memory
+// bench's large messages, and tests that send attachments).
 
 /** base64 in 76-character lines, each ended by CRLF (a whole last line is ended too). */
 export function base64Lines(bytes: Buffer): string {
   return bytes.toString('base64').replace(/.{76}/g, '$&\r\n');
 }
 
-export interface TestAttachment {
+export interface Attachment {
   /** its filename (and Content-Type name) */
   name: string;
   contentType: string;
@@ -16,7 +17,7 @@ export interface TestAttachment {
 export function multipartWithAttachments(
   headers: { from: string; to: string; subject: string; messageId: string },
   text: string,
-  attachments: readonly TestAttachment[],
+  attachments: readonly Attachment[],
 ): string {
   return [
     `From: ${headers.from}`,
