@@ -109,8 +109,13 @@ export class Supervisor {
   private async stopWorkers(): Promise<void> {
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
     const running = new Set(workers.filter((w) => !w.isDead()));
-    const exited = [...running].map(
-      (w) => new Promise<void>((resolve) => w.once('exit', () => resolve(void running.delete(w)))),
+    // gone once it has exited and its IPC channel has closed: node:cluster forgets a worker only
+    // then (a worker that exits while still connected stays in cluster.workers until 'disconnect')
+    const exited = [...running].map((w) =>
+      Promise.all([
+        new Promise((resolve) => w.once('exit', resolve)),
+        w.isConnected() ? new Promise((resolve) => w.once('disconnect', resolve)) : undefined,
+      ]).then(() => void running.delete(w)),
     );
     for (const worker of running) sendToWorker(worker, { type: 'shutdown' });
     const pids = () => [...running].map((w) => w.process.pid);
