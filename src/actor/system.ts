@@ -46,6 +46,14 @@ const CLAIMS_AT_ONCE = 16;
  * backlog goes at the pace of those batches, not of one claim's round trips
  */
 const PARKED_CLAIMS_AT_ONCE = 128;
+/**
+ * A retry bucket whose span is still open to new pointers is read again at most every this many
+ * polls (and at most every 2 s); in between, its due pointers come from the last read. Read at
+ * every poll, a bucket of 100,000 pointers all due at once (an outage's backlog) was decoded whole
+ * for each poll's claims. A pointer that lands meanwhile is claimed that much later, never earlier.
+ */
+const BUCKET_REREAD_POLLS = 10;
+const BUCKET_REREAD_MAX_MS = 2000;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
@@ -71,6 +79,13 @@ export class ActorSystem {
   private readonly settledBuckets = new Map<string, number>();
   /** per retry bucket, the pointers this process has seen through: claimed, or handled elsewhere */
   private readonly handledPointers = new Map<string, Set<string>>();
+  /** per retry bucket, its last read: when, and whether its span was complete then (nothing more can land) */
+  private readonly bucketReads = new Map<
+    string,
+    { at: number; complete: boolean; pointers: queue.DuePointer[] }
+  >();
+  /** a poll left due parked messages for lack of room: the next poll goes once half the room is free */
+  private parkedLeft = false;
   private stopping: Promise<void> | undefined;
 
   constructor(options: ActorSystemOptions) {
@@ -152,7 +167,14 @@ export class ActorSystem {
   }
 
   private track(actor: MessageActor, run: Promise<void>): void {
-    const done = run.finally(() => this.running.delete(actor.id));
+    const done = run.finally(() => {
+      this.running.delete(actor.id);
+      // a backlog drains as fast as its actors finish, not at the poll's interval
+      if (this.parkedLeft && !this.polling && !this.stopping && this.running.size <= this.maxActors / 2) {
+        this.parkedLeft = false;
+        void this.poll().catch(() => {});
+      }
+    });
     this.running.set(actor.id, { actor, done });
   }
 
@@ -209,7 +231,10 @@ export class ActorSystem {
     const now = Date.now();
     const names = await queue.dueRetryBuckets(store, now);
     for (const name of this.handledPointers.keys())
-      if (!names.includes(name)) this.handledPointers.delete(name);
+      if (!names.includes(name)) {
+        this.handledPointers.delete(name);
+        this.bucketReads.delete(name);
+      }
     for (const name of names) {
       const handled = this.handledPointers.get(name) ?? new Set<string>();
       this.handledPointers.set(name, handled);
@@ -219,7 +244,7 @@ export class ActorSystem {
       if (this.settledBuckets.has(name) && !droppable) continue;
       let left = 0;
       const due: queue.DuePointer[] = [];
-      for (const pointer of await queue.readRetryBucket(store, name)) {
+      for (const pointer of await this.bucketPointers(name, now, complete, droppable)) {
         if (handled.has(pointer._id)) continue;
         const id = pointer.message;
         if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) left++;
@@ -227,6 +252,7 @@ export class ActorSystem {
       }
       const room = Math.max(0, this.maxActors - this.running.size);
       left += Math.max(0, due.length - room);
+      if (due.length > room) this.parkedLeft = true;
       await concurrently(due.slice(0, room), PARKED_CLAIMS_AT_ONCE, async (pointer) => {
         if (this.stopping) {
           left++;
@@ -251,12 +277,33 @@ export class ActorSystem {
       } else if (droppable) {
         this.settledBuckets.delete(name);
         this.handledPointers.delete(name);
+        this.bucketReads.delete(name);
         await queue.dropRetryBucket(store, name);
       } else {
         // every pointer it can ever hold is handled: no need to read it until it may be dropped
         this.settledBuckets.set(name, now);
       }
     }
+  }
+
+  /**
+   * A due bucket's pointers: read again when more could have landed since its last read and that
+   * read is BUCKET_REREAD_POLLS old, and always for its drop (which must see every pointer in it).
+   */
+  private async bucketPointers(
+    name: string,
+    now: number,
+    complete: boolean,
+    droppable: boolean,
+  ): Promise<queue.DuePointer[]> {
+    const last = this.bucketReads.get(name);
+    const rereadMs = Math.min(BUCKET_REREAD_MAX_MS, BUCKET_REREAD_POLLS * this.pollMs);
+    // once complete, one read more: it has every pointer that can land (then it is final)
+    if (last && !droppable && (last.complete || (!complete && now - last.at < rereadMs)))
+      return last.pointers;
+    const pointers = await queue.readRetryBucket(this.options.store, name);
+    this.bucketReads.set(name, { at: now, complete, pointers });
+    return pointers;
   }
 
   /**
