@@ -22,6 +22,7 @@ export class AbandonedAcceptances {
 
   add(id: string): void {
     this.until.set(id, Date.now() + ABANDONED_WATCH_MS);
+    this.intake?.refused(id);
   }
 
   /** Never claimed by this process while it watches them. */

@@ -379,6 +379,8 @@ export class ActorSystem {
       clearTimeout(timer);
       // what this process's intakes hold has all left them: nothing more will come
       await this.intake?.tick(true);
+      // what is left in them (actors past the deadline) is listed from the database from now on
+      this.intake?.close();
     })();
     return this.stopping;
   }

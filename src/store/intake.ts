@@ -20,12 +20,16 @@ import { DURABLE } from './connection.ts';
 import { findRecord } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
 import { insertAtEpoch, insertClaimed, takeLease } from './leases.ts';
+import { SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
-import type { Store } from './mongo.ts';
+import type { LocalIntake, Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
 import { type IntakeRecord, packedFor, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
+
+/** What this process keeps of each message in its intakes for listings: a summary and its version. */
+const LISTED_FIELDS = [...SUMMARY_FIELDS, 'version'] as const;
 
 /** A live intake: its collection, whose ids it holds, and the span of their acceptance times (ms). */
 export interface IntakeEntry {
@@ -215,14 +219,24 @@ interface Span {
   end: number;
   /** the collection, once registered */
   name: Promise<string>;
+  /** the same, once known */
+  registered?: string;
   failed: boolean;
   /** messages entered and not yet departed */
   outstanding: Set<string>;
+  /** the messages stored in it and not departed, summarised: what a listing of it finds */
+  stored: Map<string, MessageDoc>;
   markers?: Batcher<string, undefined>;
 }
 
-/** This process's intakes: where its accepted messages go, and when each span can be dropped. */
-export class Intake {
+/**
+ * This process's intakes: where its accepted messages go, and when each span can be dropped. It
+ * knows what each of its intakes holds, so this process's listings read them from memory: an
+ * intake is read whole on FerretDB, raw bytes and all, and right after a burst the first pages
+ * each took 70-140 ms to read the intakes of the burst's last seconds
+ * (docs/decisions/0003-separate-intake-database.md).
+ */
+export class Intake implements LocalIntake {
   private readonly store: Store;
   /** this process's name in leases (the owner of what it accepts) */
   readonly ownerName: string;
@@ -232,12 +246,42 @@ export class Intake {
   /** spans being dropped: a late message of one (its DATA began long ago) waits and registers it anew */
   private readonly dropping = new Map<number, Promise<void>>();
   private markerSequence = 0;
+  /** intakes this process is dropping: they list nothing */
+  private readonly emptied = new Set<string>();
 
   constructor(store: Store, ownerName: string, leaseMs: number) {
     this.store = store;
     this.ownerName = ownerName;
     this.leaseMs = leaseMs;
     this.spanMs = intakeSpanMs(leaseMs);
+    store.localIntakes.set(ownerName, this);
+  }
+
+  /** The message is stored in its intake (its insert acknowledged): listings find it from now on. */
+  stored(doc: MessageDoc): void {
+    const span = this.spans.get(this.startOf(doc._id));
+    if (!span?.outstanding.has(doc._id)) return;
+    // what a listing reads of it, as a projection would give it
+    const summary = Object.fromEntries(
+      LISTED_FIELDS.filter((field) => doc[field] !== undefined).map((field) => [field, doc[field]]),
+    );
+    span.stored.set(doc._id, summary as unknown as MessageDoc);
+  }
+
+  /** Its sender was told 451: never listed, whether or not its insert lands (it is removed if so). */
+  refused(id: string): void {
+    this.spans.get(this.startOf(id))?.stored.delete(id);
+  }
+
+  listed(name: string): readonly MessageDoc[] | undefined {
+    for (const span of this.spans.values()) if (span.registered === name) return [...span.stored.values()];
+    // dropped, or being dropped, by this process: every message had departed
+    return this.emptied.has(name) ? [] : undefined;
+  }
+
+  /** This process stops: its listings read its intakes from the database again. */
+  close(): void {
+    if (this.store.localIntakes.get(this.ownerName) === this) this.store.localIntakes.delete(this.ownerName);
   }
 
   /** Counts a message in its span, registered first: the collection its insert goes to. */
@@ -260,6 +304,8 @@ export class Intake {
   depart(id: string, noted = true): void {
     const span = this.spans.get(this.startOf(id));
     if (!span?.outstanding.has(id)) return;
+    // its newer copy (final record, or `messages`) is stored by now: listings find that one
+    span.stored.delete(id);
     const note = noted ? this.note(span, id) : Promise.resolve(undefined);
     void note
       .catch(() => undefined)
@@ -303,9 +349,16 @@ export class Intake {
       name: Promise.resolve(''),
       failed: false,
       outstanding: known?.outstanding ?? new Set(),
+      stored: known?.stored ?? new Map(),
     };
     const dropped = this.dropping.get(start) ?? Promise.resolve();
     span.name = dropped.then(() => this.register(start));
+    span.name.then(
+      (name) => {
+        span.registered = name;
+      },
+      () => {},
+    );
     span.name.catch(() => {
       span.failed = true;
     });
@@ -359,10 +412,12 @@ export class Intake {
     if (span.outstanding.size > 0 || this.spans.get(span.start) !== span) return undefined;
     if (!stopping && Date.now() < span.end) return undefined;
     this.spans.delete(span.start);
+    if (span.registered) this.emptied.add(span.registered);
     const dropped = span.name
       .then((name) => dropIntake(this.store, name))
       .catch(() => {})
       .finally(() => {
+        if (span.registered) this.emptied.delete(span.registered);
         if (this.dropping.get(span.start) === dropped) this.dropping.delete(span.start);
       });
     this.dropping.set(span.start, dropped);

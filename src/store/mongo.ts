@@ -13,10 +13,18 @@ import { buildWrites, type StoreWrites } from './writes.ts';
 
 export const DEFAULT_DB_NAME = 'mailroute';
 
+/** What this process knows of its own intakes (intake.ts), so that a listing need not read them. */
+export interface LocalIntake {
+  /** the summaries (and versions) of intake `name`'s messages stored and not departed; undefined: not known here */
+  listed(name: string): readonly MessageDoc[] | undefined;
+}
+
 /** The connection (connection.ts) with its batched writes: what every store function is given. */
 export interface Store extends Connection {
   /** the batched writes of the hot path, made once for this connection (writes.ts) */
   readonly writes: StoreWrites;
+  /** this process's intakes by owner name, whose listings it keeps in memory (intake.ts) */
+  readonly localIntakes: Map<string, LocalIntake>;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -89,6 +97,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
   const store: Store = {
     ...connection,
     writes: buildWrites(connection),
+    localIntakes: new Map(),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });

@@ -181,10 +181,10 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
 type Versioned = { _id: string; version: number };
 
 /**
- * The intakes' messages a page can use: intakes are read whole (a span of a few seconds each),
- * newest span first, and only until `want` messages of the query are newer than every span not
- * yet read: a span holds only messages accepted before its end. Under load a first page reads one
- * span per process instead of all of them.
+ * The intakes' messages a page can use: this process's own from memory (intake.ts), others' read
+ * whole (a span of a few seconds each); newest span first, and only until `want` messages of the
+ * query are newer than every span not yet read: a span holds only messages accepted before its
+ * end. Under load a first page reads one span per process instead of all of them.
  */
 async function newestInIntakes(store: Store, query: MessageQuery, want: number): Promise<MessageDoc[]> {
   const until = query.before ? idMs(query.before) : Number.POSITIVE_INFINITY;
@@ -200,7 +200,13 @@ async function newestInIntakes(store: Store, query: MessageQuery, want: number):
     let end = next + 1;
     while (end < entries.length && entries[end]!.end === boundary) end++;
     const read = await Promise.all(
-      entries.slice(next, end).map((entry) => readIntake(store, entry._id, SUMMARY_PROJECTION)),
+      entries
+        .slice(next, end)
+        .map(
+          (entry) =>
+            store.localIntakes.get(entry.owner)?.listed(entry._id) ??
+            readIntake(store, entry._id, SUMMARY_PROJECTION),
+        ),
     );
     next = end;
     found.push(...read.flat().filter((doc) => inLiveQuery(doc, query)));

@@ -43,14 +43,15 @@ export async function insertAcceptedMessage(
       } catch (err) {
         // ours (an earlier try that was applied) or another process's message with the same id
         if (
-          isDuplicateKey(err) &&
+          !isDuplicateKey(err) ||
           (await store.intakeDb
             .collection<MessageDoc>(name)
-            .countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) === 1
+            .countDocuments({ _id: doc._id, lease_owner: doc.lease_owner })) !== 1
         )
-          return;
-        throw err;
+          throw err;
       }
+      // listed from memory by this process from now on, unless its sender was told 451 meanwhile
+      if (!refused?.aborted) intake.stored(doc);
     },
     // two more tries at most: the sender is waiting for its answer
     2,

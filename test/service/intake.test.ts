@@ -45,8 +45,27 @@ test('an accepted message waits in its intake, which is dropped whole once its m
   t.truthy(intake, 'the intake is registered');
   t.true(await collectionExists(store, intake!._id));
   t.is((await api.get<{ state: string }>(`/messages/${id}`)).body.state, 'queued');
+  // the accepting process lists its own intakes from memory: the same summary a read would give
+  const waitingListed = (await api.get<Array<Record<string, unknown>>>('/messages?limit=10')).body;
+  t.deepEqual(
+    waitingListed.filter((message) => message.id === id).map((message) => message.state),
+    ['queued'],
+    'listed once, as it waits',
+  );
+  const fields = Object.keys(waitingListed.find((message) => message.id === id)!).sort();
 
   await waitForState(api, id, ['delivered']);
+  const finalListed = (await api.get<Array<Record<string, unknown>>>('/messages?limit=10')).body;
+  t.deepEqual(
+    finalListed.filter((message) => message.id === id).map((message) => message.state),
+    ['delivered'],
+    'listed once, from its final record',
+  );
+  t.deepEqual(
+    Object.keys(finalListed.find((message) => message.id === id)!).sort(),
+    fields,
+    'the same fields from memory as from the record',
+  );
   await waitUntil(async () => !(await collectionExists(store, intake!._id)), 'the intake to be dropped', {
     timeoutMs: 20_000,
     everyMs: 100,
