@@ -290,12 +290,19 @@ async function request(
   route: string,
   body?: object,
 ) {
-  return fetch(`${running.service.baseUrl}${route}`, {
-    method,
-    headers: { 'x-api-key': h.apiKey, 'content-type': 'application/json' },
-    ...(body ? { body: JSON.stringify(body) } : {}),
-    signal: AbortSignal.timeout(60_000),
-  });
+  const started = now();
+  try {
+    return await fetch(`${running.service.baseUrl}${route}`, {
+      method,
+      headers: { 'x-api-key': h.apiKey, 'content-type': 'application/json' },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+      signal: AbortSignal.timeout(60_000),
+    });
+  } catch (err) {
+    // which request, and after how long: a case's error is all its table row shows
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new Error(`${method} ${route} after ${round((now() - started) / 1000)} s: ${reason}`);
+  }
 }
 
 /** The down route: a domain of its own, every recipient to the down receiver. */
