@@ -626,7 +626,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     "delivery: the service's own pace, not the spread of the due times.",
     '',
     loaded.length
-      ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (other engineers' work); the ratios compare figures of the same case, minutes apart, but are noisy. Rerun on a quiet machine.`
+      ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (the case's own processes count: FerretDB over PostgreSQL keeps PostgreSQL busy too); the ratios compare figures of the same case, minutes apart.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
     '',
     '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s) | replay / fresh (target ≥ 0.5) |',
