@@ -129,6 +129,17 @@ export class ActorSystem {
     this.spawn(doc, raw, this.intake);
   }
 
+  /**
+   * Whether a message accepted now gets its actor at once. Beyond MAX_ACTORS it does not: it waits,
+   * stored, holding no memory here, until its lease expires and a scheduler (this one, when it has
+   * room) takes it over, as if its owner had died. An actor for every accepted message let a
+   * receiver that hung, or an endpoint paused by the breaker, hold a worker's memory in proportion
+   * to the mail accepted meanwhile: 4.2 GB after 100,000 messages.
+   */
+  hasRoom(): boolean {
+    return this.running.size < this.maxActors;
+  }
+
   get size(): number {
     return this.running.size;
   }

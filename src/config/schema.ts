@@ -357,6 +357,14 @@ export const SETTINGS = Object.freeze({
     description: 'How long a process owns a message before another may take it over',
     parse: duration(500, 60 * 60_000),
   } satisfies Setting<number>,
+  maxActors: {
+    env: 'MAX_ACTORS',
+    flag: 'max-actors',
+    defaultText: '1000',
+    description:
+      'Messages one worker drives at once; a message accepted beyond it waits, stored, until its lease expires and the scheduler takes it over',
+    parse: integer(1, 1_000_000),
+  } satisfies Setting<number>,
   dataDir: {
     env: 'DATA_DIR',
     flag: 'data-dir',

@@ -160,6 +160,7 @@ export async function prepareWorkerService({
     retryAfterMaxMs: config.webhookRetryAfterMax,
     retryJitter: config.retryJitter,
     leaseMs: config.leaseTime,
+    maxActors: config.maxActors,
     logger,
     payload: {
       dnsServers: config.dnsServers,

@@ -195,6 +195,11 @@ export function receiver(deps: {
           );
           metrics.smtpReply('accepted');
           callback(null, `OK: queued as ${id}`);
+          if (!actors.hasRoom()) {
+            // stored: a scheduler takes it over once its lease expires (ActorSystem.hasRoom)
+            share.release();
+            return;
+          }
           // its share goes back when its parse ends
           budget.hold(whole, share);
           actors.adopt(doc, whole);

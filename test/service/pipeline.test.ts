@@ -140,3 +140,38 @@ test('a route without a secret sends no signature headers but the Standard Webho
   t.truthy(headers['webhook-id']);
   t.truthy(headers['webhook-timestamp']);
 });
+
+test('beyond MAX_ACTORS an accepted message waits, stored, for its lease; every message is delivered once', async (t) => {
+  const pipe = await startPipeline(t, { label: 'max-actors', env: { MAX_ACTORS: '2' } });
+  await routeTo(pipe, 'busy.example', '/slow');
+  // each request held 1.5 s (WEBHOOK_TIMEOUT is 3 s here): without the bound all six would be in
+  // flight at once
+  pipe.receiver.on('/slow', { status: 200, delayMs: 1500 });
+  const ids = await Promise.all(
+    [1, 2, 3, 4, 5, 6].map(async (n) => {
+      const sent = await sendRaw(
+        pipe.service.smtpPort,
+        { from: 'a@sender.example', to: ['x@busy.example'] },
+        `From: a@sender.example\r\nSubject: busy ${n}\r\n\r\nbody ${n}\r\n`,
+      );
+      t.regex(sent.response, /^250 /, 'accepted, whatever the actors');
+      return acceptedId(sent);
+    }),
+  );
+  const sentAt = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 1200));
+  const early = pipe.receiver.to('/slow').filter((request) => request.at < sentAt + 1200);
+  t.true(
+    early.length <= 2,
+    `at most two driven at once (${early.length} requests while the first were held)`,
+  );
+  for (const id of ids) await waitForState(pipe.api, id, ['delivered'], 60_000);
+  const subjects = pipe.receiver
+    .to('/slow')
+    .map((request) => (JSON.parse(request.body.toString()) as { subject: string }).subject);
+  t.deepEqual(
+    [...new Set(subjects)].sort(),
+    [1, 2, 3, 4, 5, 6].map((n) => `busy ${n}`),
+  );
+  t.is(subjects.length, 6, 'each delivered once');
+});
