@@ -20,6 +20,7 @@ import { insertRawMany } from '../../src/store/raw.ts';
 import { openTestDatabase, testProfile } from '../_support/db.ts';
 import { ApiClient } from '../_support/http.ts';
 import { databaseFor, FAST, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
+import { stopProcess } from '../_support/processes.ts';
 import { WebhookReceiver } from '../_support/receiver.ts';
 import { acceptedId, SmtpDialog, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -316,10 +317,10 @@ test.serial('a batch insert cut off by the database never reports its documents 
   t.teardown(() => client.close());
   const collection = client.db('cutoff').collection<{ _id: string; n: number }>('docs');
   await collection.insertOne({ _id: 'warm', n: 0 });
-  process.kill(server.pid!()!, 'SIGSTOP');
   t.teardown(() => {
     process.kill(server.pid!()!, 'SIGCONT');
   });
+  await stopProcess(server.pid!()!);
   const docs = Array.from({ length: 5 }, (_, n) => ({ _id: `d${n}`, n }));
   const error = await t.throwsAsync(insertEach(collection, docs));
   t.log(error?.name, error?.message);
