@@ -78,11 +78,7 @@ export class Gathered {
     }
     // allocUnsafeSlow: never a slice of Node's shared pool, which a transfer would take along
     const joined = Buffer.allocUnsafeSlow(length);
-    let offset = 0;
-    for (const piece of pieces ?? []) {
-      joined.set(piece, offset);
-      offset += piece.length;
-    }
+    copyPieces(pieces ?? [], joined);
     return joined;
   }
 
@@ -92,13 +88,17 @@ export class Gathered {
     });
     // tracks the buffer's length as it grows
     const view = new Uint8Array(buffer);
-    let offset = 0;
-    for (const piece of this.#pieces ?? []) {
-      view.set(piece, offset);
-      offset += piece.length;
-    }
+    copyPieces(this.#pieces ?? [], view);
     this.#pieces = undefined;
     this.#buffer = buffer;
     this.#view = view;
+  }
+}
+
+function copyPieces(pieces: readonly Uint8Array[], into: Uint8Array): void {
+  let offset = 0;
+  for (const piece of pieces) {
+    into.set(piece, offset);
+    offset += piece.length;
   }
 }

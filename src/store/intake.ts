@@ -357,11 +357,10 @@ export class Intake implements LocalIntake {
       (name) => {
         span.registered = name;
       },
-      () => {},
+      () => {
+        span.failed = true;
+      },
     );
-    span.name.catch(() => {
-      span.failed = true;
-    });
     this.spans.set(start, span);
     return span;
   }
