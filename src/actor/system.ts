@@ -33,8 +33,9 @@ const LEASE_CLEANUP_EVERY_MS = 60_000;
 /** how often a refused acceptance's late writes are looked for and removed (abandoned.ts) */
 const ABANDONED_SWEEP_MS = 1000;
 /**
- * An intake found stale is taken over only once it has looked stale this long to this process: a
- * stalled database that answers again may then apply inserts whose senders were told 451, and
+ * An owner's message is taken over only once its owner has looked gone this long to this process
+ * (its intake stale, or its lease in `messages` expired): a stalled database that answers again may
+ * then apply inserts whose senders were told 451, made with leases that expired meanwhile, and
  * their owner's clean-up (every ABANDONED_SWEEP_MS) removes them first.
  */
 const STALE_CONFIRM_MS = 3 * ABANDONED_SWEEP_MS;
@@ -75,6 +76,8 @@ export class ActorSystem {
   private polling = false;
   /** stale intakes by when this process first found them so (see STALE_CONFIRM_MS) */
   private readonly staleSince = new Map<string, number>();
+  /** owners' expired leases in `messages` (`id:epoch`) by when this process first found them so */
+  private readonly expiredSince = new Map<string, number>();
   /** retry buckets (parking.ts) whose every pointer was handled when last read, by when */
   private readonly settledBuckets = new Map<string, number>();
   /** per retry bucket, the pointers this process has seen through: claimed, or handled elsewhere */
@@ -209,7 +212,18 @@ export class ActorSystem {
     if (capacity <= 0) return;
     const now = new Date();
     const due = await queue.dueForTakeOver(this.options.store, now, Math.min(capacity, 100));
-    const candidates = due.filter((one) => !this.running.has(one._id) && !this.abandoned.has(one._id));
+    const expired = new Set<string>();
+    const candidates = due.filter((one) => {
+      if (this.running.has(one._id) || this.abandoned.has(one._id)) return false;
+      // a retry that came due has no owner left to wait for
+      if (!one.lease_owner) return true;
+      const lease = `${one._id}:${one.lease_epoch}`;
+      expired.add(lease);
+      const since = this.expiredSince.get(lease) ?? now.getTime();
+      this.expiredSince.set(lease, since);
+      return now.getTime() - since >= STALE_CONFIRM_MS;
+    });
+    for (const lease of this.expiredSince.keys()) if (!expired.has(lease)) this.expiredSince.delete(lease);
     await concurrently(candidates, CLAIMS_AT_ONCE, async (candidate) => {
       if (this.stopping) return;
       const doc = await queue.takeOver(

@@ -223,7 +223,7 @@ test.serial(
 );
 
 test.serial(
-  'a message answered 451 whose record lands afterwards is removed, never claimed or delivered',
+  'a message answered 451 whose record lands afterwards is removed, never claimed or delivered, by any process',
   async (t) => {
     const uri = await databaseFor('abandoned');
     const loaded = loadConfig(
@@ -241,11 +241,18 @@ test.serial(
       store,
       logger: createLogger('silent'),
     });
-    t.teardown(async () => {
-      await service.stop();
-      await store.close();
+    // a second process on the same database, which takes over leases it finds expired
+    const otherStore = await openStore({ uri, profile: testProfile(), ensureIndexes: false });
+    const otherService = await startWorkerService({
+      config: loaded.config,
+      store: otherStore,
+      logger: createLogger('silent'),
     });
-    // two records as a stalled database applies an insert late: expired, owned by nobody alive
+    t.teardown(async () => {
+      await Promise.all([service.stop(), otherService.stop()]);
+      await Promise.all([store.close(), otherStore.close()]);
+    });
+    // two records as a stalled database applies an insert late: their lease expired meanwhile
     const record = (id: string) => ({
       _id: id,
       message_id: '',
