@@ -317,12 +317,18 @@ export class MessageActor {
     const admissions = await this.admissions(due, urls, now);
     const waits = new Map<string, Date>();
     for (const [id, admission] of admissions) if (admission.action === 'wait') waits.set(id, admission.until);
-    if (waits.size > 0) await this.persist(decideEndpointWait(this.doc, waits, new Date()));
     const going = due.filter((d) => !waits.has(d.id));
     if (going.length === 0) {
-      await this.persist(releaseChange(this.doc.deliveries));
+      // the waits and the release in one write: in its intake, a write that does not release
+      // would first move the message into `messages` (owned-message.ts), only to park it next
+      await this.persist((doc) => {
+        const change = decideEndpointWait(doc, waits, new Date());
+        return mergeChanges(change, releaseChange(change.set?.deliveries ?? doc.deliveries));
+      });
       return;
     }
+    // the others' outcomes are written anyway: the waits go with the first of them
+    if (waits.size > 0) this.message.defer(decideEndpointWait(this.doc, waits, new Date()));
     if (!bodies || going.some((d) => !bodies?.has(d.id))) {
       const output = await this.parse(undefined, going);
       if (!output.ok) {
@@ -406,19 +412,23 @@ export class MessageActor {
       retryAfterMaxMs: this.deps.retryAfterMaxMs ?? DEFAULT_RETRY_AFTER_MAX_MS,
       jitter: this.deps.retryJitter ?? DEFAULT_RETRY_JITTER,
     };
-    await this.persist((doc) => {
-      decided = decideAttempt(doc, deliveryId, { result, webhookUrl, random }, policy, new Date(), last);
-      return decided.change;
-    });
-    if (!decided) return;
-    const { delivery, detail } = decided;
-    const health =
+    // the endpoint's health first: a failure that pauses it (or finds it paused) retries once the
+    // probe's outcome is known, not on the schedule only to wait again then
+    const endpoint =
       result && webhookUrl !== undefined
         ? await this.deps.endpoints?.record(webhookUrl, result.outcome).catch((err: unknown) => {
             this.log.warn({ err, event: EVENTS.endpointRecordFailed }, 'endpoint health not written');
             return undefined;
           })
         : undefined;
+    const facts = { result, webhookUrl, random, endpointWaitUntil: endpoint?.waitUntil };
+    await this.persist((doc) => {
+      decided = decideAttempt(doc, deliveryId, facts, policy, new Date(), last);
+      return decided.change;
+    });
+    if (!decided) return;
+    const { delivery, detail } = decided;
+    const health = endpoint?.state;
     if (delivery.state === 'dlq' && (health === 'failing' || health === 'paused')) {
       metrics.endpointDeadLettered();
       this.log.warn(

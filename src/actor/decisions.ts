@@ -252,6 +252,8 @@ export interface AttemptFacts {
   webhookUrl: string | undefined;
   /** uniform in [0, 1): the retry's jitter (default 0.5: exactly on schedule) */
   random?: number;
+  /** the endpoint is paused after this attempt: its deliveries wait until then (retry-policy.ts) */
+  endpointWaitUntil?: Date | undefined;
 }
 
 export interface AttemptDecision {
@@ -310,7 +312,7 @@ interface AttemptOutcomeFacts {
 /** The delivery event an attempt (or the lack of a route) is, with what it changes and records. */
 function attemptOutcome(
   current: DeliveryDoc,
-  { result, webhookUrl, random = 0.5 }: AttemptFacts,
+  { result, webhookUrl, random = 0.5, endpointWaitUntil }: AttemptFacts,
   policy: RetryPolicy,
   at: Date,
 ): AttemptOutcomeFacts {
@@ -328,7 +330,11 @@ function attemptOutcome(
     outcome.reason === 'http_status' && RETRY_AFTER_STATUSES.includes(outcome.statusCode)
       ? retryAfterDelayMs(result.response?.retryAfter, at.getTime())
       : undefined;
-  const decision = afterFailure(fields.attempts, policy, at.getTime(), { random, retryAfterMs });
+  const decision = afterFailure(fields.attempts, policy, at.getTime(), {
+    random,
+    retryAfterMs,
+    endpointWaitUntil,
+  });
   if (decision.event === 'retries_exhausted') return { event: decision.event, detail, fields, attempt };
   return { event: decision.event, detail, fields: { ...fields, next_attempt_at: decision.retryAt }, attempt };
 }

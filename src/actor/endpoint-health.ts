@@ -93,24 +93,29 @@ export class EndpointHealth {
   }
 
   /**
-   * Counts an attempt's outcome for its endpoint. Returns the endpoint's state after it (undefined
-   * for an attempt that says nothing about the receiver: a misconfigured destination).
+   * Counts an attempt's outcome for its endpoint. Returns the endpoint's state after it, and, when
+   * that is paused, until when its deliveries wait (undefined for an attempt that says nothing
+   * about the receiver: a misconfigured destination).
    */
   async record(
     url: string,
     outcome: AttemptOutcome,
     at = new Date(),
-  ): Promise<EndpointDoc['state'] | undefined> {
+  ): Promise<{ state: EndpointDoc['state']; waitUntil?: Date } | undefined> {
     if (!outcome.ok && outcome.reason === 'misconfigured') return undefined;
     const id = endpointId(url);
     const now = at.getTime();
     const copy = await this.#copy(id, now);
-    if (outcome.ok) return this.#succeeded(id, url, copy, at);
+    if (outcome.ok) return { state: await this.#succeeded(id, url, copy, at) };
     const reason =
       outcome.reason === 'http_status' ? `HTTP ${outcome.statusCode}` : `${outcome.reason}: ${outcome.error}`;
     const after = await this.#failures.submit(id, { url, reason, at });
     this.#keep(id, after, now, 0);
-    return after.state;
+    // as a delivery asking now would be told (no probe is claimed: a probe due now is no wait)
+    const admission = admit(after, Date.now(), this.#settings, Math.random());
+    return admission.action === 'wait'
+      ? { state: after.state, waitUntil: admission.until }
+      : { state: after.state };
   }
 
   /** Counts failures of one endpoint at once; pauses it when they reach ENDPOINT_PAUSE_AFTER. */

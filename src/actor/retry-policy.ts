@@ -1,6 +1,6 @@
 // What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS (± RETRY_JITTER,
 // 10 % by default, so that deliveries failed together do not come back together), later if the receiver said so with
-// Retry-After, or the dead letter queue once they are used up. Pure: the actor persists what this
+// Retry-After or its endpoint is paused, or the dead letter queue once they are used up. Pure: the actor persists what this
 // decides, and passes the random number in.
 
 /** RETRY_JITTER's default: a retry's delay moves up to a tenth either way. */
@@ -23,6 +23,11 @@ export interface FailureFacts {
   random: number;
   /** the delay the receiver's Retry-After asked for from now, ms (see retryAfterDelayMs) */
   retryAfterMs?: number | undefined;
+  /**
+   * its endpoint is paused (by this failure or before): until when its deliveries wait for the
+   * probe's outcome (endpoint-policy.ts). A retry due sooner would only be taken up to wait again.
+   */
+  endpointWaitUntil?: Date | undefined;
 }
 
 /**
@@ -43,7 +48,11 @@ export function afterFailure(
     facts.retryAfterMs === undefined || policy.retryAfterMaxMs === 0
       ? 0
       : Math.min(facts.retryAfterMs, policy.retryAfterMaxMs) * (1 + policy.jitter * random);
-  return { event: 'attempt_failed', retryAt: new Date(nowMs + Math.round(Math.max(scheduled, asked))) };
+  const held = (facts.endpointWaitUntil?.getTime() ?? 0) - nowMs;
+  return {
+    event: 'attempt_failed',
+    retryAt: new Date(nowMs + Math.round(Math.max(scheduled, asked, held))),
+  };
 }
 
 /** The statuses whose Retry-After is heeded (RFC 9110 10.2.3: 503, and 429 by RFC 6585). */

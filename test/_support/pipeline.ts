@@ -85,7 +85,14 @@ export interface MessageDetail {
     retry_after?: string;
     response_body?: string;
   }>;
-  deliveries: Array<{ id: string; route_id: string; state: string; attempts: number; recipients: string[] }>;
+  deliveries: Array<{
+    id: string;
+    route_id: string;
+    state: string;
+    attempts: number;
+    recipients: string[];
+    next_attempt_at?: string;
+  }>;
 }
 
 /** Polls GET /messages/{id} until the message reaches one of `states`. */

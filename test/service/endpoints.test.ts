@@ -4,7 +4,8 @@
 import test from 'ava';
 import { endpointId } from '../../src/deliver/endpoint.ts';
 import { forgetEndpoints, listEndpoints, markFailure, markSuccess } from '../../src/store/endpoints.ts';
-import { openTestDatabase } from '../_support/db.ts';
+import { openStore } from '../../src/store/mongo.ts';
+import { openTestDatabase, testProfile } from '../_support/db.ts';
 import { type MessageDetail, routeTo, startPipeline, waitForState } from '../_support/pipeline.ts';
 import { acceptedId, sendRaw } from '../_support/smtp.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -122,6 +123,12 @@ function waitingForEndpoint(message: MessageDetail): boolean {
   return last?.state === 'failed' && /endpoint paused/.test(last.detail ?? '');
 }
 
+/** Its delivery failed, and its next attempt is not before the endpoint's probe. */
+function failedUntilProbe(message: MessageDetail, probeAt: string | undefined): boolean {
+  const next = message.deliveries[0]?.next_attempt_at;
+  return message.state === 'failed' && next !== undefined && Date.parse(next) >= Date.parse(probeAt ?? '');
+}
+
 test('an endpoint failing N times in a row is paused for every worker; its deliveries wait unspent; a probe resumes it', async (t) => {
   t.timeout(120_000);
   const pipe = await startPipeline(t, {
@@ -154,15 +161,20 @@ test('an endpoint failing N times in a row is paused for every worker; its deliv
   t.true(paused.consecutive_failures >= 3);
   t.is(paused.last_failure_reason, 'HTTP 500');
   t.truthy(paused.next_probe_at);
-  // once every delivery waits for the endpoint, no request goes out until the probe
+  // once every delivery waits for the endpoint (as a failure that paused it, or since), no request
+  // goes out until the probe
   await waitUntil(
     async () =>
       (await Promise.all(first.map((id) => api.get<MessageDetail>(`/messages/${id}`)))).every(
-        ({ body }) => body.state === 'dlq' || waitingForEndpoint(body),
+        ({ body }) =>
+          body.state === 'dlq' || waitingForEndpoint(body) || failedUntilProbe(body, paused.next_probe_at),
       ),
     'the first deliveries waiting',
     { timeoutMs: 30_000 },
   );
+  // a worker trusts its copy of the endpoint's record for up to a second (endpoint-health.ts): one
+  // that last saw it failing may send until then
+  await new Promise((resolve) => setTimeout(resolve, 1100));
   const before = receiver.to('/down').length;
 
   const later: string[] = [];
@@ -176,6 +188,10 @@ test('an endpoint failing N times in a row is paused for every worker; its deliv
     { timeoutMs: 30_000 },
   );
   t.is(receiver.to('/down').length, before, 'no request while paused');
+  // each waits from one write: parked as accepted, not first moved into `messages` (epoch 2)
+  const store = await openStore({ uri: pipe.uri, profile: testProfile(), ensureIndexes: false });
+  t.teardown(() => store.close());
+  t.is(await store.leases.countDocuments({ _id: { $in: later.map((id) => `${id}:2`) } }), 0);
   for (const id of later) {
     const { body } = await api.get<MessageDetail>(`/messages/${id}`);
     t.is(body.state, 'failed');
@@ -200,6 +216,32 @@ test('an endpoint failing N times in a row is paused for every worker; its deliv
   t.regex(metrics, /mailroute_endpoints_resumed_total\{by="probe"\} [1-9]/);
   t.regex(service.output(), /"event":"endpoint.paused"/);
   t.regex(service.output(), /"event":"endpoint.resumed"/);
+});
+
+test('a failure that pauses its endpoint is retried after the probe, not taken up on the schedule to wait again', async (t) => {
+  const pipe = await startPipeline(t, {
+    label: 'pausedretry',
+    env: { ENDPOINT_PAUSE_AFTER: '1', ENDPOINT_PROBE_INTERVAL: '30s', RETRY_DELAYS: '200ms,200ms,200ms' },
+  });
+  const { service, api, receiver } = pipe;
+  receiver.on('/gone', () => ({ status: 500 }));
+  await routeTo(pipe, 'gone.example', '/gone');
+  const id = await send(service.smtpPort, 'a@gone.example', 'gone');
+  const [endpoint] = (await api.get<EndpointBody[]>('/endpoints')).body;
+  await waitUntil(
+    async () => (await api.get<MessageDetail>(`/messages/${id}`)).body.state === 'failed',
+    'the first attempt failed',
+    { timeoutMs: 30_000 },
+  );
+  const paused = (await api.get<EndpointBody>(`/endpoints/${endpoint!.id}`)).body;
+  t.is(paused.state, 'paused');
+  const failed = (await api.get<MessageDetail>(`/messages/${id}`)).body;
+  t.true(failedUntilProbe(failed, paused.next_probe_at), JSON.stringify(failed.deliveries));
+  // the schedule's 200 ms retry would come due several times over: it is not taken up meanwhile
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  const later = (await api.get<MessageDetail>(`/messages/${id}`)).body;
+  t.deepEqual(later.history, failed.history);
+  t.is(receiver.to('/gone').length, 1);
 });
 
 test('an operator pauses and resumes an endpoint; an unknown id is 404', async (t) => {

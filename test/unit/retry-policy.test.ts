@@ -1,5 +1,6 @@
 // The retry policy's arithmetic: RETRY_JITTER around the schedule (±10 % by default, 0 to 50 %), and a receiver's Retry-After
-// (seconds or an HTTP date) moving the next attempt later, never earlier, up to a bound.
+// (seconds or an HTTP date) moving the next attempt later, never earlier, up to a bound; a paused
+// endpoint moving it to its probe.
 import test from 'ava';
 import { afterFailure, retryAfterDelayMs } from '../../src/actor/retry-policy.ts';
 
@@ -80,6 +81,19 @@ test('a Retry-After past the bound waits the bound; a bound of 0 ignores it', (t
 
 test('Retry-After does not add retries: after the last one, the dead letter queue', (t) => {
   t.deepEqual(afterFailure(3, POLICY, NOW, { random: 0.5, retryAfterMs: 5000 }), {
+    event: 'retries_exhausted',
+  });
+});
+
+test('a paused endpoint moves the retry to when its deliveries wait until, never earlier, past any bound', (t) => {
+  const until = (ms: number) => new Date(NOW + ms);
+  t.is(
+    delayOf(afterFailure(1, POLICY, NOW, { random: 0.5, endpointWaitUntil: until(7_200_000) })),
+    7_200_000,
+  );
+  t.is(delayOf(afterFailure(1, POLICY, NOW, { random: 0.5, endpointWaitUntil: until(1000) })), 60_000);
+  t.is(delayOf(afterFailure(1, POLICY, NOW, { random: 0.5, endpointWaitUntil: until(-5000) })), 60_000);
+  t.deepEqual(afterFailure(3, POLICY, NOW, { random: 0.5, endpointWaitUntil: until(7_200_000) }), {
     event: 'retries_exhausted',
   });
 });
