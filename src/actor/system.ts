@@ -60,6 +60,16 @@ const REPLAY_WAIT_MS = 5000;
 /** lease documents are kept a while after they expire: they are the record of who owned what */
 const LEASE_KEEP_MS = 60 * 60_000;
 
+/** What the scheduler of one process knows of a due retry bucket. */
+interface BucketState {
+  /** the pointers this process has seen through: claimed, or handled elsewhere */
+  handled: Set<string>;
+  /** every pointer it can ever hold was handled at its last read: not read again until its drop */
+  settled?: boolean;
+  /** its last read: when, and whether its span was complete then (nothing more can land) */
+  lastRead?: { at: number; complete: boolean; pointers: queue.DuePointer[] };
+}
+
 export class ActorSystem {
   /** this process's owner name in leases: host, pid and a random part (pids are reused) */
   readonly owner = `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -78,15 +88,8 @@ export class ActorSystem {
   private readonly staleSince = new Map<string, number>();
   /** owners' expired leases in `messages` (`id:epoch`) by when this process first found them so */
   private readonly expiredSince = new Map<string, number>();
-  /** retry buckets (parking.ts) whose every pointer was handled when last read, by when */
-  private readonly settledBuckets = new Map<string, number>();
-  /** per retry bucket, the pointers this process has seen through: claimed, or handled elsewhere */
-  private readonly handledPointers = new Map<string, Set<string>>();
-  /** per retry bucket, its last read: when, and whether its span was complete then (nothing more can land) */
-  private readonly bucketReads = new Map<
-    string,
-    { at: number; complete: boolean; pointers: queue.DuePointer[] }
-  >();
+  /** what this process knows of each due retry bucket (parking.ts), forgotten once it is gone */
+  private readonly buckets = new Map<string, BucketState>();
   /** a poll left due parked messages for lack of room: the next poll goes once half the room is free */
   private parkedLeft = false;
   private stopping: Promise<void> | undefined;
@@ -255,22 +258,18 @@ export class ActorSystem {
     const store = this.options.store;
     const now = Date.now();
     const names = await queue.dueRetryBuckets(store, now);
-    for (const name of this.handledPointers.keys())
-      if (!names.includes(name)) {
-        this.handledPointers.delete(name);
-        this.bucketReads.delete(name);
-      }
+    for (const name of this.buckets.keys()) if (!names.includes(name)) this.buckets.delete(name);
     for (const name of names) {
-      const handled = this.handledPointers.get(name) ?? new Set<string>();
-      this.handledPointers.set(name, handled);
+      const bucket = this.buckets.get(name) ?? { handled: new Set<string>() };
+      this.buckets.set(name, bucket);
       // a pointer acknowledged into a bucket (parking.ts) lands by then: until then it is read again
       const complete = bucketStart(name)! + DUE_BUCKET_MS + BUCKET_GRACE_MS / 2 <= now;
       const droppable = bucketDroppableAt(name) <= now;
-      if (this.settledBuckets.has(name) && !droppable) continue;
+      if (bucket.settled && !droppable) continue;
       let left = 0;
       const due: queue.DuePointer[] = [];
-      for (const pointer of await this.bucketPointers(name, now, complete, droppable)) {
-        if (handled.has(pointer._id)) continue;
+      for (const pointer of await this.bucketPointers(name, bucket, now, complete, droppable)) {
+        if (bucket.handled.has(pointer._id)) continue;
         const id = pointer.message;
         if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) left++;
         else due.push(pointer);
@@ -288,7 +287,7 @@ export class ActorSystem {
           left++;
           return;
         }
-        handled.add(pointer._id);
+        bucket.handled.add(pointer._id);
         if (claim.outcome !== 'claimed') return;
         this.deps.logger.debug(
           { event: EVENTS.leaseTakenOver, message: claim.doc._id, epoch: claim.doc.lease_epoch },
@@ -298,15 +297,13 @@ export class ActorSystem {
       });
       if (this.stopping) return;
       if (left > 0 || !complete) {
-        this.settledBuckets.delete(name);
+        bucket.settled = false;
       } else if (droppable) {
-        this.settledBuckets.delete(name);
-        this.handledPointers.delete(name);
-        this.bucketReads.delete(name);
+        this.buckets.delete(name);
         await queue.dropRetryBucket(store, name);
       } else {
         // every pointer it can ever hold is handled: no need to read it until it may be dropped
-        this.settledBuckets.set(name, now);
+        bucket.settled = true;
       }
     }
   }
@@ -317,17 +314,18 @@ export class ActorSystem {
    */
   private async bucketPointers(
     name: string,
+    bucket: BucketState,
     now: number,
     complete: boolean,
     droppable: boolean,
   ): Promise<queue.DuePointer[]> {
-    const last = this.bucketReads.get(name);
+    const last = bucket.lastRead;
     const rereadMs = Math.min(BUCKET_REREAD_MAX_MS, BUCKET_REREAD_POLLS * this.pollMs);
     // once complete, one read more: it has every pointer that can land (then it is final)
     if (last && !droppable && (last.complete || (!complete && now - last.at < rereadMs)))
       return last.pointers;
     const pointers = await queue.readRetryBucket(this.options.store, name);
-    this.bucketReads.set(name, { at: now, complete, pointers });
+    bucket.lastRead = { at: now, complete, pointers };
     return pointers;
   }
 
