@@ -1,7 +1,7 @@
 // What follows a failed webhook attempt: a retry after the next of RETRY_DELAYS (± RETRY_JITTER,
-// 10 % by default, so that deliveries failed together do not come back together), later if the receiver said so with
-// Retry-After or its endpoint is paused, or the dead letter queue once they are used up. Pure: the actor persists what this
-// decides, and passes the random number in.
+// 10 % by default, so that deliveries failed together do not come back together), later if the
+// receiver said so with Retry-After or its endpoint is paused, or the dead letter queue once they
+// are used up. Pure: the actor persists what this decides, and passes the random number in.
 
 /** RETRY_JITTER's default: a retry's delay moves up to a tenth either way. */
 export const DEFAULT_RETRY_JITTER = 0.1;
