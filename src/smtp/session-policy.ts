@@ -68,7 +68,10 @@ export function sessionPolicy(deps: {
 
     onConnect(_session, callback) {
       metrics.smtpConnected();
-      callback();
+      // the greeting goes after this turn's reads: smtp-server judges a client early only if it
+      // reads its bytes before the 100 ms greeting delay ends, and a process that ran late (a
+      // loaded machine) fired that timer first, then read what was sent long before as commands
+      setImmediate(callback);
     },
 
     onMailFrom(address, session, callback) {
