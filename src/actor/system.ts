@@ -57,8 +57,6 @@ const BUCKET_REREAD_POLLS = 10;
 const BUCKET_REREAD_MAX_MS = 2000;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
-/** lease documents are kept a while after they expire: they are the record of who owned what */
-const LEASE_KEEP_MS = 60 * 60_000;
 
 /** What the scheduler of one process knows of a due retry bucket. */
 interface BucketState {
@@ -119,7 +117,7 @@ export class ActorSystem {
     schedule(() => this.poll(), this.pollMs);
     schedule(() => this.renewLeases(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
     schedule(
-      () => queue.expireLeases(this.options.store, new Date(Date.now() - LEASE_KEEP_MS)),
+      () => queue.expireLeases(this.options.store, new Date(Date.now() - queue.LEASE_KEEP_MS)),
       LEASE_CLEANUP_EVERY_MS,
     );
     schedule(() => this.abandoned.sweep(this.options.store, this.deps.logger), ABANDONED_SWEEP_MS);

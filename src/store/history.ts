@@ -7,7 +7,7 @@ import { insertEach } from './connection.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { isDuplicateKey, isId } from './ids.ts';
-import { insertAtEpoch } from './leases.ts';
+import { insertAtEpoch, takeLease } from './leases.ts';
 import { appendEntriesOf, entryOf, listingPartitionOf, removalOf } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -119,9 +119,9 @@ const FINAL_KINDS: readonly RecordKind[] = ['history', 'dlq'];
 const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
 
 /**
- * Puts a final record back into the working set for a replay, owned by `owner` at the next
- * epoch. The unique `_id` of the working set decides between replays racing for it; the loser
- * gets undefined. The record left in its partition is removed at once (and, should that fail, when
+ * Puts a final or parked record back into the working set for a replay, owned by `owner` at the
+ * next epoch, whose lease it takes first: of replays (or a claim) racing for it, the loser gets
+ * undefined. The record left in its partition is removed at once (and, should that fail, when
  * the message is final again).
  */
 export async function restoreRecord(
@@ -131,15 +131,22 @@ export async function restoreRecord(
   leaseMs: number,
 ): Promise<MessageDoc | undefined> {
   const due = new Date(Date.now() + leaseMs);
+  // its epoch's lease, as every move to a new epoch takes one: a claim of a parked record's pointer
+  // then knows from its own lease whether anything moved the message since (parking.ts)
+  const epoch = await takeLease(store, record._id, record.lease_epoch, owner, due);
+  if (epoch === undefined) return undefined;
   const doc = await insertAtEpoch(store, {
     ...record,
-    lease_epoch: record.lease_epoch + 1,
+    lease_epoch: epoch,
     version: record.version + 1,
     lease_owner: owner,
     due_at: due,
     replays: (record.replays ?? 0) + 1,
   });
-  if (!doc) return undefined;
+  if (!doc) {
+    await store.leases.deleteOne({ _id: `${record._id}:${epoch}` }).catch(() => {});
+    return undefined;
+  }
   // meanwhile the working-set copy is the one listed and read: the replay need not wait for it
   void takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
   return doc;

@@ -132,6 +132,12 @@ export function insertClaimed(
   });
 }
 
+/**
+ * Lease documents are kept this long after they expire: they are the record of who owned what, and
+ * while they are kept, a lease taken is proof that a move to its epoch happened (parking.ts).
+ */
+export const LEASE_KEEP_MS = 60 * 60_000;
+
 /** Expiry is a periodic delete (FerretDB has no TTL indexes). */
 export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
   return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;

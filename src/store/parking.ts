@@ -19,7 +19,7 @@ import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { findRecord, storeRecord, takeOutRecord } from './history.ts';
 import { isDuplicateKey } from './ids.ts';
-import { insertClaimed, takeLease } from './leases.ts';
+import { insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { partitionOf } from './partitions.ts';
@@ -165,11 +165,12 @@ export type ParkedClaim = { outcome: 'claimed'; doc: MessageDoc } | { outcome: '
  * `messages`, then its record and listing entry out of the retry partitions.
  *
  * What is read under the lease depends on the epoch won. The next one (the usual case): nobody
- * claimed, took over or parked the message since the pointer was written (each of those holds a
- * lease of that epoch for an hour at least), so the record read before the lease is still the
- * one; a replay's restore (which takes no lease) left a copy in `messages`, which the insert finds;
- * and a final record is looked for, in case a copy went all the way to it. A later epoch (orphaned
- * leases skipped): the record and the working set are read again too.
+ * claimed, took over, restored or parked the message since the pointer was written, as each of
+ * those takes a lease of that epoch, kept until LEASE_KEEP_MS after it expires; so the record read
+ * before the lease is still the one, and no copy can have gone on to a final record. A final
+ * record is looked for only when the message was parked so long ago that such a lease may have
+ * been deleted since. A later epoch (orphaned leases skipped): the record, the working set and the
+ * final records are read again.
  */
 export async function claimParked(
   store: Store,
@@ -185,10 +186,12 @@ export async function claimParked(
   if (epoch === undefined) return { outcome: 'held' };
   const giveBack = () => store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
   const next = epoch === pointer.epoch + 1;
+  // half the keep time: the park's time is another process's clock
+  const proven = next && Date.now() - parkedAt(parked) < LEASE_KEEP_MS / 2;
   const [again, live, final] = await Promise.all([
     next ? parked : findParked(store, id),
     next ? null : store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
-    findRecord(store, id, FINAL_KINDS),
+    proven ? null : findRecord(store, id, FINAL_KINDS),
   ]);
   const outcome =
     again?.version !== pointer.version ? 'handled' : live ? 'held' : final ? 'handled' : undefined;
@@ -208,6 +211,11 @@ export async function claimParked(
   // the working-set copy is the one listed and read from now on (its version is higher)
   await retryTransient(() => takeOutRecord(store, 'retry', again._id, doc.version)).catch(() => {});
   return { outcome: 'claimed', doc };
+}
+
+/** A time at or before a record's park: its last history entry's (0 when it has none). */
+function parkedAt(record: MessageDoc): number {
+  return record.history.at(-1)?.at.getTime() ?? 0;
 }
 
 /** How many messages are parked: the pointers of every bucket (counts.ts, for the gauges). */

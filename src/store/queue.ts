@@ -15,7 +15,7 @@ import {
   readIntake,
   staleIntakes,
 } from './intake.ts';
-import { claimMessage, deleteExpiredLeases, findDue } from './leases.ts';
+import { claimMessage, deleteExpiredLeases, findDue, LEASE_KEEP_MS } from './leases.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import {
@@ -49,7 +49,16 @@ export type {
 export { scheduledAs } from './messages.ts';
 export type { Store } from './mongo.ts';
 export type { DuePointer, IntakeEntry, ParkedClaim };
-export { BUCKET_GRACE_MS, bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, isArchivable, isParkable };
+export {
+  BUCKET_GRACE_MS,
+  bucketDroppableAt,
+  bucketStart,
+  DUE_BUCKET_MS,
+  Intake,
+  isArchivable,
+  isParkable,
+  LEASE_KEEP_MS,
+};
 
 // ---------- accept ----------
 

@@ -180,3 +180,51 @@ for (const profile of PROFILES) {
     t.is((await getMessage(store, doc._id))?.parse_failures, undefined);
   });
 }
+
+// Where the profile parks: a replay takes the parked message back at the next epoch, and its
+// lease says so. A record left behind (as a crash between the restore and the record's removal
+// leaves it) must not bring back, when its pointer comes due, a message that has gone on to final.
+test('ferretdb profile: a parked message replayed to its end is never claimed again by its old pointer', async (t) => {
+  const store = await openProfile(t, 'ferretdb');
+  t.true(store.profile.parkRetries);
+  const intake = new queue.Intake(store, 'owner-a', 5000);
+  const bytes = Buffer.from('Subject: queue 3\r\n\r\nbody\r\n');
+  const doc = {
+    ...acceptedDoc(3, 'owner-a', 5000),
+    raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
+  };
+  await queue.accept(store, doc, intake);
+  const dueAt = new Date(Date.now() + 4000);
+  await new OwnedMessage(store, doc, intake).write({
+    set: { parse_failures: 1, due_at: dueAt },
+    unset: ['lease_owner'],
+  });
+  const retry = store.db.collection<{ _id: string }>(partitionOf('retry', doc._id));
+  const left = await retry.findOne({ _id: doc._id });
+  t.truthy(left, 'parked');
+
+  // the operator's replay, then the record put back as a lost removal leaves it
+  const parked = await getMessage(store, doc._id);
+  const restored = await queue.restore(store, parked!, 'owner-r', 5000);
+  t.truthy(restored);
+  t.is(
+    await store.leases.countDocuments({ _id: `${doc._id}:${restored!.lease_epoch}` }),
+    1,
+    'its lease taken',
+  );
+  while (await retry.findOne({ _id: doc._id })) await sleep(50);
+  await retry.insertOne(left!);
+  // the replay goes on to its end (not MIME: dlq) and leaves the working set
+  const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
+  await new OwnedMessage(store, restored!).write({
+    set: { state: step.state, error: 'not MIME' },
+    unset: ['due_at', 'lease_owner'],
+    history: [step.entry],
+  });
+  t.is(await store.messages.findOne({ _id: doc._id }), null);
+
+  await sleep(dueAt.getTime() - Date.now() + 50);
+  t.is(await claimWhenDue(store, doc._id, 'owner-b'), undefined, 'the old pointer claims nothing');
+  t.is(await store.messages.findOne({ _id: doc._id }), null, 'nothing back in the working set');
+  t.like(await getMessage(store, doc._id), { state: 'dlq', lease_owner: undefined });
+});
