@@ -277,6 +277,14 @@ async function outageCase(
       replay: replayed,
       replayRatio: ratio(replayed.perSecond, noBacklogFresh.deliveredPerSecond),
     };
+  } catch (err) {
+    // what a failed case's service said last (a worker's exit, a database error): the bench keeps
+    // no other log of it, and the table row has only the failing request
+    if (running)
+      h.log(
+        `outage ${backend} ${profile} ${size}: the service's last output:\n${running.service.output().slice(-8000)}`,
+      );
+    throw err;
   } finally {
     if (running) await running.service.stop('SIGKILL');
     down.stop();
