@@ -58,6 +58,27 @@ const BUCKET_REREAD_MAX_MS = 2000;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 
+/**
+ * When this process first saw each of a set of owners' things look gone (a stale intake, an
+ * expired lease): one is taken over only once it has looked so for STALE_CONFIRM_MS.
+ */
+class GoneSince {
+  private readonly since = new Map<string, number>();
+
+  /** What looks gone now (the rest is forgotten); returns those that have looked so long enough. */
+  confirmed(keys: Iterable<string>, now: number): Set<string> {
+    const seen = new Set(keys);
+    for (const key of this.since.keys()) if (!seen.has(key)) this.since.delete(key);
+    const confirmed = new Set<string>();
+    for (const key of seen) {
+      const since = this.since.get(key) ?? now;
+      this.since.set(key, since);
+      if (now - since >= STALE_CONFIRM_MS) confirmed.add(key);
+    }
+    return confirmed;
+  }
+}
+
 /** What the scheduler of one process knows of a due retry bucket. */
 interface BucketState {
   /** the pointers this process has seen through: claimed, or handled elsewhere */
@@ -82,10 +103,10 @@ export class ActorSystem {
   /** acceptances answered 451 whose record may still land */
   private readonly abandoned: AbandonedAcceptances;
   private polling = false;
-  /** stale intakes by when this process first found them so (see STALE_CONFIRM_MS) */
-  private readonly staleSince = new Map<string, number>();
-  /** owners' expired leases in `messages` (`id:epoch`) by when this process first found them so */
-  private readonly expiredSince = new Map<string, number>();
+  /** stale intakes, by name */
+  private readonly staleIntakes = new GoneSince();
+  /** owners' expired leases in `messages`, by `id:epoch` */
+  private readonly expiredLeases = new GoneSince();
   /** what this process knows of each due retry bucket (parking.ts), forgotten once it is gone */
   private readonly buckets = new Map<string, BucketState>();
   /** a poll left due parked messages for lack of room: the next poll goes once half the room is free */
@@ -213,18 +234,12 @@ export class ActorSystem {
     if (capacity <= 0) return;
     const now = new Date();
     const due = await queue.dueForTakeOver(this.options.store, now, Math.min(capacity, 100));
-    const expired = new Set<string>();
-    const candidates = due.filter((one) => {
-      if (this.running.has(one._id) || this.abandoned.has(one._id)) return false;
-      // a retry that came due has no owner left to wait for
-      if (!one.lease_owner) return true;
-      const lease = `${one._id}:${one.lease_epoch}`;
-      expired.add(lease);
-      const since = this.expiredSince.get(lease) ?? now.getTime();
-      this.expiredSince.set(lease, since);
-      return now.getTime() - since >= STALE_CONFIRM_MS;
-    });
-    for (const lease of this.expiredSince.keys()) if (!expired.has(lease)) this.expiredSince.delete(lease);
+    const free = due.filter((one) => !this.running.has(one._id) && !this.abandoned.has(one._id));
+    const lease = (one: (typeof due)[number]) => `${one._id}:${one.lease_epoch}`;
+    const owned = free.filter((one) => one.lease_owner);
+    const confirmed = this.expiredLeases.confirmed(owned.map(lease), now.getTime());
+    // a retry that came due has no owner left to wait for
+    const candidates = free.filter((one) => !one.lease_owner || confirmed.has(lease(one)));
     await concurrently(candidates, CLAIMS_AT_ONCE, async (candidate) => {
       if (this.stopping) return;
       const doc = await queue.takeOver(
@@ -334,12 +349,12 @@ export class ActorSystem {
   private async claimFromStaleIntakes(): Promise<void> {
     const now = Date.now();
     const stale = await queue.findStaleIntakes(this.options.store, now, this.options.leaseMs);
-    const names = new Set(stale.map((entry) => entry._id));
-    for (const name of this.staleSince.keys()) if (!names.has(name)) this.staleSince.delete(name);
+    const confirmed = this.staleIntakes.confirmed(
+      stale.map((entry) => entry._id),
+      now,
+    );
     for (const entry of stale) {
-      const since = this.staleSince.get(entry._id) ?? now;
-      this.staleSince.set(entry._id, since);
-      if (now - since < STALE_CONFIRM_MS) continue;
+      if (!confirmed.has(entry._id)) continue;
       let left = 0;
       for (const doc of await queue.readStaleIntake(this.options.store, entry._id)) {
         if (this.stopping) return;

@@ -7,6 +7,8 @@
 //   (`count` without a filter), plus any dead-lettered record not yet moved out of the working set.
 // Delivered records are the archive, not a figure of "now": their rate is a counter's job
 // (mailroute_webhook_attempts_total), and counting every archive partition would grow without bound.
+// A partition is counted as its profile says (`countFromStats`): FerretDB's `count` decodes every
+// document, its `collStats` reads the table's statistics.
 import { MESSAGE_STATES, type MessageStateName } from '../lifecycle/tables.ts';
 import { readIntakes } from './intake.ts';
 import type { Store } from './mongo.ts';
@@ -35,7 +37,7 @@ export async function countMessages(store: Store): Promise<MessageCounts> {
   const dlqPartitions = await Promise.all(
     partitions
       .filter((partition) => partition.kind === 'dlq')
-      .map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
+      .map((partition) => countPartition(store, partition.name)),
   );
   const dlq = workingSet.dlq + dlqPartitions.reduce((sum, n) => sum + n, 0);
   // parked messages (parking.ts) wait for a retry: counted as failed, which nearly all of them are
@@ -43,8 +45,15 @@ export async function countMessages(store: Store): Promise<MessageCounts> {
   const parked = await Promise.all(
     partitions
       .filter((partition) => partition.kind === 'retry')
-      .map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
+      .map((partition) => countPartition(store, partition.name)),
   );
   workingSet.failed += parked.reduce((sum, n) => sum + n, 0);
   return Object.freeze({ workingSet: Object.freeze(workingSet), dlq });
+}
+
+/** The documents of a partition (no filter), as cheaply as its profile can tell. */
+async function countPartition(store: Store, name: string): Promise<number> {
+  if (!store.profile.countFromStats) return store.db.collection(name).estimatedDocumentCount();
+  const stats = await store.db.command({ collStats: name });
+  return Number(stats.count ?? 0);
 }

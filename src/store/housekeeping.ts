@@ -96,7 +96,7 @@ export class Housekeeping {
       // a parked message is in flight, not history: its record and entry stay until it is claimed
       if (partition.kind === 'retry' || partition.kind === 'retry_list') {
         const parked = partitions.find((one) => one.kind === 'retry' && one.key === partition.key);
-        if (parked && (await store.db.collection(parked.name).estimatedDocumentCount()) > 0) {
+        if (parked && (await holdsAny(store, parked.name))) {
           report.kept.push(partition.name);
           continue;
         }
@@ -164,10 +164,8 @@ export class Housekeeping {
   private async parkedDays(): Promise<number[]> {
     const { store } = this.options;
     const days = (await store.partitions.list()).filter((partition) => partition.kind === 'retry');
-    const counts = await Promise.all(
-      days.map((partition) => store.db.collection(partition.name).estimatedDocumentCount()),
-    );
-    return days.filter((_, i) => counts[i]! > 0).map((partition) => partition.start);
+    const held = await Promise.all(days.map((partition) => holdsAny(store, partition.name)));
+    return days.filter((_, i) => held[i]).map((partition) => partition.start);
   }
 
   private async drop(partition: Partition): Promise<void> {
@@ -177,4 +175,9 @@ export class Housekeeping {
     for (const name of names) await db.dropCollection(name).catch(() => false);
     this.options.store.partitions.forget(partition.name);
   }
+}
+
+/** Whether a collection holds a document: one read, whatever it holds (FerretDB pushes the limit of an empty filter). */
+async function holdsAny(store: Store, name: string): Promise<boolean> {
+  return (await store.db.collection(name).findOne({}, { projection: { _id: 1 } })) !== null;
 }

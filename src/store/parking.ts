@@ -217,14 +217,3 @@ export async function claimParked(
 function parkedAt(record: MessageDoc): number {
   return record.history.at(-1)?.at.getTime() ?? 0;
 }
-
-/** How many messages are parked: the pointers of every bucket (counts.ts, for the gauges). */
-export async function countParked(store: Store): Promise<number> {
-  const collections = await store.intakeDb
-    .listCollections({ name: { $regex: `^${BUCKET_PREFIX}` } }, { nameOnly: true })
-    .toArray();
-  const counts = await Promise.all(
-    collections.map(({ name }) => bucket(store, name).estimatedDocumentCount()),
-  );
-  return counts.reduce((sum, count) => sum + count, 0);
-}

@@ -9,6 +9,7 @@ import test from 'ava';
 import { Binary } from 'mongodb';
 import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
+import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
 import { idAt } from '../../src/store/ids.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
@@ -106,6 +107,12 @@ for (const profile of PROFILES) {
       listed.map((one) => one._id),
       [doc._id],
     );
+    // counted in flight while it waits, as the gauges count (each profile counts a partition its way)
+    const inFlight = (counts: MessageCounts) =>
+      Object.values(counts.workingSet).reduce((sum, n) => sum + n, 0);
+    const waitingCounts = await countMessages(store);
+    t.is(inFlight(waitingCounts), 1);
+    t.is(waitingCounts.dlq, 0);
     // not claimed before it is due; then by one claimant only
     t.is(await claimWhenDue(store, doc._id, 'owner-b'), undefined);
     await sleep(dueAt.getTime() - Date.now() + 50);
@@ -137,6 +144,9 @@ for (const profile of PROFILES) {
       [doc._id],
     );
     t.deepEqual(await listMessages(store, { limit: 10, offset: 0, state: 'queued' }), []);
+    const finalCounts = await countMessages(store);
+    t.is(inFlight(finalCounts), 0);
+    t.is(finalCounts.dlq, 1);
 
     // an operator's replay restores it at the next epoch, once
     const restored = await queue.restore(store, final!, 'owner-d', 5000);
