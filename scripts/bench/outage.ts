@@ -249,7 +249,13 @@ async function outageCase(
       env: { ...env, RETRY_DELAYS: '1s' },
     });
     await down.setStatus(503);
-    const replayed = await replayDeadLetters(h, running, down, size);
+    // a failure here keeps the figures of steps 1 to 4, with the replay's error
+    const replayed = await replayDeadLetters(h, running, down, size).catch((err: Error) => {
+      h.log(
+        `outage ${backend} ${profile} ${size}: step 5 failed: ${err.stack ?? err.message}\nthe service's last output:\n${running?.service.output().slice(-8000)}`,
+      );
+      return { error: err.message.replace(/\s+/g, ' ').slice(0, 300) };
+    });
     await h.stopBenchService(running);
     running = undefined;
     h.log(`outage ${backend} ${profile} ${size}: ${JSON.stringify(replayed)}`);
@@ -275,7 +281,8 @@ async function outageCase(
       },
       drainRatio: ratio(drain.perSecond, noBacklogFresh.deliveredPerSecond),
       replay: replayed,
-      replayRatio: ratio(replayed.perSecond, noBacklogFresh.deliveredPerSecond),
+      replayRatio:
+        'error' in replayed ? Number.NaN : ratio(replayed.perSecond, noBacklogFresh.deliveredPerSecond),
     };
   } catch (err) {
     // what a failed case's service said last (a worker's exit, a database error): the bench keeps
@@ -606,7 +613,7 @@ type Case = {
   };
   drainRatio: number;
   /** absent in figures from before step 5 */
-  replay?: Awaited<ReturnType<typeof replayDeadLetters>>;
+  replay?: Awaited<ReturnType<typeof replayDeadLetters>> | { error: string };
   replayRatio?: number;
 };
 
@@ -640,6 +647,14 @@ export function renderOutage(results: Record<string, unknown>): string {
     '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s) | replay / fresh (target ≥ 0.5) |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
+  const replayCells = (c: Case): string => {
+    const r = c.replay;
+    if (!r) return '- | -';
+    if ('error' in r) return `failed: ${r.error} | -`;
+    const delivered = r.delivered < r.deadLettered ? `, ${r.delivered}/${r.deadLettered} delivered` : '';
+    const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog;
+    return `${r.perSecond} (${r.calls}, ${r.callsSeconds})${delivered} | ${shown(c.replayRatio)} ${verdict(c, met)}`;
+  };
   for (const c of cases) {
     if (c.error) {
       lines.push(`| ${c.backend} | ${c.profile} | ${c.backlog} | failed: ${c.error} | | | | | | | | | | | |`);
@@ -648,7 +663,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${c.replay ? `${c.replay.perSecond} (${c.replay.calls}, ${c.replay.callsSeconds})${c.replay.delivered < c.replay.deadLettered ? `, ${c.replay.delivered}/${c.replay.deadLettered} delivered` : ''}` : '-'} | ${c.replayRatio === undefined ? '-' : `${shown(c.replayRatio)} ${verdict(c, c.replayRatio >= OUTAGE_TARGETS.drain && c.replay!.delivered >= c.backlog)}`} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
     );
   }
   lines.push(
