@@ -252,7 +252,7 @@ async function outageCase(
     // a failure here keeps the figures of steps 1 to 4, with the replay's error
     const replayed = await replayDeadLetters(h, running, down, size).catch((err: Error) => {
       h.log(
-        `outage ${backend} ${profile} ${size}: step 5 failed: ${err.stack ?? err.message}\nthe service's last output:\n${running?.service.output().slice(-8000)}`,
+        `outage ${backend} ${profile} ${size}: step 5 failed: ${err.stack ?? err.message}\nthe service's processes: ${running ? aliveness(running) : '-'}\nits last output:\n${running?.service.output().slice(-8000)}`,
       );
       return { error: err.message.replace(/\s+/g, ' ').slice(0, 300) };
     });
@@ -289,13 +289,28 @@ async function outageCase(
     // no other log of it, and the table row has only the failing request
     if (running)
       h.log(
-        `outage ${backend} ${profile} ${size}: the service's last output:\n${running.service.output().slice(-8000)}`,
+        `outage ${backend} ${profile} ${size}: the service's processes: ${aliveness(running)}\nits last output:\n${running.service.output().slice(-8000)}`,
       );
     throw err;
   } finally {
     if (running) await running.service.stop('SIGKILL');
     down.stop();
   }
+}
+
+/** Whether each of a service's processes still runs (a failed case's log: a worker gone, or all). */
+function aliveness(running: RunningService): string {
+  return running
+    .pids()
+    .map((pid) => {
+      try {
+        process.kill(pid, 0);
+        return `${pid} alive`;
+      } catch {
+        return `${pid} gone`;
+      }
+    })
+    .join(', ');
 }
 
 async function request(
@@ -315,7 +330,10 @@ async function request(
     });
   } catch (err) {
     // which request, and after how long: a case's error is all its table row shows
-    const reason = err instanceof Error ? err.message : String(err);
+    // fetch's own message is only "fetch failed": what failed is its cause (refused, reset, ...)
+    const cause = err instanceof Error && err.cause instanceof Error ? err.cause : undefined;
+    const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+    const reason = `${err instanceof Error ? err.message : String(err)}${cause ? ` (${code ?? ''} ${cause.message})` : ''}`;
     throw new Error(`${method} ${route} after ${round((now() - started) / 1000)} s: ${reason}`);
   }
 }
