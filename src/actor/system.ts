@@ -88,8 +88,8 @@ interface BucketState {
   handled: Set<string>;
   /** every pointer it can ever hold was handled at its last read: not read again until its drop */
   settled?: boolean;
-  /** its last read: when, and whether its span was complete then (nothing more can land) */
-  lastRead?: { at: number; complete: boolean; pointers: queue.DuePointer[] };
+  /** its last read: when; whether its span was complete then (nothing more can land); whether it could be dropped then */
+  lastRead?: { at: number; complete: boolean; droppable: boolean; pointers: queue.DuePointer[] };
 }
 
 export class ActorSystem {
@@ -314,11 +314,12 @@ export class ActorSystem {
       if (this.stopping) return;
       if (left > 0 || !complete) {
         bucket.settled = false;
-      } else if (droppable) {
+      } else if (droppable && bucket.lastRead?.droppable) {
         this.buckets.delete(name);
         await queue.dropRetryBucket(store, name);
       } else {
-        // every pointer it can ever hold is handled: no need to read it until it may be dropped
+        // every pointer it can ever hold is handled: not read again until it may be dropped, then
+        // once more, and dropped on that read
         bucket.settled = true;
       }
     }
@@ -344,11 +345,12 @@ export class ActorSystem {
       );
       // once complete, one read more: it has every pointer that can land (then it is final)
       const fresh = last.complete || (!complete && now - last.at < rereadMs);
-      const forDrop = droppable && last.pointers.every((pointer) => bucket.handled.has(pointer._id));
+      // for its drop: once it may be dropped and every pointer of the last read is handled
+      const forDrop = droppable && bucket.settled === true && !last.droppable;
       if (fresh && !forDrop) return last.pointers;
     }
     const pointers = await queue.readRetryBucket(this.options.store, name);
-    bucket.lastRead = { at: now, complete, pointers };
+    bucket.lastRead = { at: now, complete, droppable, pointers };
     return pointers;
   }
 
