@@ -38,7 +38,9 @@ for (const [title, behaviour, detail] of failing) {
       MESSAGE,
     );
     t.true(sent.ok, sent.response);
-    const message = await waitForState(api, acceptedId(sent), ['dlq'], 30_000);
+    // four attempts of up to WEBHOOK_TIMEOUT (3 s) each, after a parse with a 2 s DNS budget: in a
+    // CI run under load the hanging receiver's case took 31 s (6 s to parse, 6 s to the first POST)
+    const message = await waitForState(api, acceptedId(sent), ['dlq'], 60_000);
     t.is(message.attempts.length, 4);
     t.is(message.deliveries[0]!.attempts, 4);
     t.is(message.deliveries[0]!.state, 'dlq');
