@@ -13,7 +13,7 @@ import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { partitionOf, type RecordKind } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
-import { type ArchivedRecord, packParked, packRecord, unpackRecord } from './records.ts';
+import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 import { storeRawDocuments } from './writes.ts';
 
 /** Where a record goes: a final one by its state; one of a message parked for a retry (parking.ts) to `retry`. */
@@ -50,9 +50,9 @@ export async function takeOutRecord(
 export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
   const name = partitionOf(kind, doc._id);
-  // a parked message's bytes stay in its record until it is final (records.ts, ArchivedRecord.raw)
-  const raw = kind === 'retry' ? undefined : rawDocumentOf(doc);
-  const record = kind === 'retry' ? packParked(doc) : packRecord(doc);
+  // inline bytes go to `raw_<day>` with the first record, parked or final (records.ts, packRecord)
+  const raw = rawDocumentOf(doc);
+  const record = packRecord(doc);
   const archived = { record, entry: entryOf(doc), ...(raw ? { raw } : {}) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(name, archived);

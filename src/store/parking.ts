@@ -2,8 +2,9 @@
 // whose owner released it until its next attempt leaves the working set, so that what the
 // scheduler, the listings and the gauges read stays the size of the work in flight however many
 // messages wait. A parked message is three documents:
-//   - its record in `retry_<day of acceptance>` (packed like a final record, with the bytes that
-//     rode in its document: records.ts; found by id),
+//   - its record in `retry_<day of acceptance>` (packed like a final record: records.ts; found by
+//     id); bytes that rode in its working-set document go to `raw_<day>` with it, so that the
+//     claim's read, insert and take-out, and the finish's removal, each move a small document,
 //   - its listing entry in `retry_list_<day>` (listing.ts; `?state=failed` reads only these),
 //   - a pointer `{_id: <id>:<version>, message, epoch, version, due_at}` in the bucket of its due time, `due_<YYYYMMDDHHmmss>`
 //     (a collection per DUE_BUCKET_MS, in the intake database): the scheduler reads a bucket whole

@@ -2,7 +2,7 @@
 // history partition (history.ts), and an accepted message in its intake (intake.ts). Each keeps as
 // fields what is listed or filtered on, and packs everything else as one BSON value.
 import { Binary, BSON } from 'mongodb';
-import type { InlineRaw, RawDocument } from './documents.ts';
+import type { RawDocument } from './documents.ts';
 import { type ListingEntry, type MessageSummary, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 
@@ -14,11 +14,6 @@ import type { MessageDoc } from './messages.ts';
  */
 export interface ArchivedRecord extends MessageSummary {
   detail: Binary;
-  /**
-   * a parked record's only (parking.ts): the bytes that rode in its working-set document stay
-   * with it, so that its claim brings them back and its next attempt reads no `raw_<day>`
-   */
-  raw?: InlineRaw;
 }
 
 /**
@@ -50,15 +45,11 @@ const packed = (fields: Record<string, unknown>) => new Binary(BSON.serialize(fi
 
 /** Packs a final message for its partition, leaving out what belongs to the working set only. */
 export function packRecord(doc: MessageDoc): ArchivedRecord {
-  // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it
+  // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it: a parked
+  // record too, which its claim, its take-out and its copy's removal then each decode without them
   const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
   const [summary, detail] = partFields(record, [SUMMARY_KEYS]);
   return { ...(summary as unknown as MessageSummary), detail: packed(detail!) };
-}
-
-/** Packs a message parked for a retry: as a final record, with the bytes it carries kept (see `raw`). */
-export function packParked(doc: MessageDoc): ArchivedRecord {
-  return doc.raw ? { ...packRecord(doc), raw: doc.raw } : packRecord(doc);
 }
 
 export function unpackRecord(record: ArchivedRecord): MessageDoc {
