@@ -58,6 +58,14 @@ const PARKED_CLAIMS_AT_ONCE = 128;
 const BUCKET_REREAD_POLLS = 10;
 const BUCKET_REREAD_MAX_MS = 2000;
 const BUCKET_REREAD_PER_POINTER_MS = 1;
+/**
+ * Where retries are parked (the FerretDB profile), `messages` holds owned messages only, but for
+ * those of an owner that died and a park cut short; FerretDB answers its poll by decoding every
+ * message in it (a bulk replay holds up to 1,000 there, a drain as many as its actors), and polled
+ * at every poll that took most of its time in a replay. So it is polled at most this often: an
+ * expired lease is taken over only once it has looked so for STALE_CONFIRM_MS anyway.
+ */
+const WORKING_SET_POLL_MS = STALE_CONFIRM_MS / 2;
 /** how long a replay waits for this process's actor to finish moving the final message */
 const REPLAY_WAIT_MS = 5000;
 
@@ -106,6 +114,8 @@ export class ActorSystem {
   /** acceptances answered 451 whose record may still land */
   private readonly abandoned: AbandonedAcceptances;
   private polling = false;
+  /** when `messages` was last polled for due messages (WORKING_SET_POLL_MS) */
+  private workingSetPolledAt = 0;
   /** stale intakes, by name */
   private readonly staleIntakes = new GoneSince();
   /** owners' expired leases in `messages`, by `id:epoch` */
@@ -174,15 +184,20 @@ export class ActorSystem {
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
   async replay(id: string, to?: ReplayTarget): Promise<ReplayOutcome> {
-    const taken = await takeForReplay(this.options.store, id, {
-      name: this.owner,
-      leaseMs: this.options.leaseMs,
-      drives: (other) => this.running.has(other),
-      finished: (other) => this.finished(other, REPLAY_WAIT_MS),
-    });
+    const taken = await takeForReplay(
+      this.options.store,
+      id,
+      {
+        name: this.owner,
+        leaseMs: this.options.leaseMs,
+        drives: (other) => this.running.has(other),
+        finished: (other) => this.finished(other, REPLAY_WAIT_MS),
+      },
+      to,
+    );
     if (taken.outcome !== 'ok') return taken.outcome;
     const actor = new MessageActor(this.deps, taken.doc);
-    await actor.replay(to);
+    if (!taken.written) await actor.replay(to);
     this.track(actor, actor.run(taken.raw));
     return 'ok';
   }
@@ -223,7 +238,11 @@ export class ActorSystem {
     this.polling = true;
     try {
       void this.intake?.tick();
-      await this.claimDue();
+      const now = Date.now();
+      if (!this.options.store.profile.parkRetries || now - this.workingSetPolledAt >= WORKING_SET_POLL_MS) {
+        this.workingSetPolledAt = now;
+        await this.claimDue();
+      }
       if (this.options.store.profile.parkRetries) await this.claimParked();
       await this.claimFromStaleIntakes();
     } finally {
