@@ -2,9 +2,11 @@
 // only while its raw bytes are kept (it is parsed again), and owned by this process, from the
 // working set (a failed message) or from its history partition (a final one).
 import { canReplay } from '../lifecycle/lifecycle.ts';
-import type { MessageDoc, Store } from '../store/queue.ts';
+import type { MessageDoc, ReplayTarget, Store } from '../store/queue.ts';
 import * as queue from '../store/queue.ts';
 import { locateMessage } from '../store/read-model.ts';
+import { applyChange } from './change.ts';
+import { decideReplay } from './decisions.ts';
 
 export type ReplayOutcome = 'ok' | 'not_found' | 'invalid_state' | 'raw_expired';
 
@@ -27,8 +29,16 @@ export async function takeForReplay(
     /** resolves once this process's actor of the message (if any) has finished */
     finished: (id: string) => Promise<void>;
   },
+  to: ReplayTarget | undefined,
 ): Promise<
-  { outcome: Exclude<ReplayOutcome, 'ok'> } | { outcome: 'ok'; doc: MessageDoc; raw: Uint8Array | undefined }
+  | { outcome: Exclude<ReplayOutcome, 'ok'> }
+  | {
+      outcome: 'ok';
+      doc: MessageDoc;
+      raw: Uint8Array | undefined;
+      /** whether the replay's first write is in the document (restored), or is the owner's to make (taken over) */
+      written: boolean;
+    }
 > {
   let found = await locateMessage(store, id);
   if (!found) return { outcome: 'not_found' };
@@ -45,10 +55,16 @@ export async function takeForReplay(
   const raw = await queue.readRawDocument(store, doc);
   if (!raw && !(await queue.rawExists(store, doc))) return { outcome: 'raw_expired' };
   // a final message comes back from its history partition into the working set, owned by us
-  const claimed = inFlight
-    ? await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs)
-    : await queue.restore(store, doc, owner.name, owner.leaseMs);
+  if (!inFlight) {
+    // the replay's first write goes with the restore's insert: one write instead of two, and a
+    // process that dies before its next write leaves the message queued, not dead-lettered again
+    const replayed = (restored: MessageDoc) => applyChange(restored, decideReplay(restored, new Date(), to));
+    const restored = await queue.restore(store, doc, owner.name, owner.leaseMs, replayed);
+    // another replay or claim took it in between: it is being worked on, so not replayable now
+    return restored ? { outcome: 'ok', doc: restored, raw, written: true } : { outcome: 'invalid_state' };
+  }
+  const claimed = await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs);
   // someone else took it in between: it is being worked on, so not replayable now
   if (!claimed || !canReplay(claimed.state)) return { outcome: 'invalid_state' };
-  return { outcome: 'ok', doc: claimed, raw };
+  return { outcome: 'ok', doc: claimed, raw, written: false };
 }

@@ -122,27 +122,33 @@ const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
  * Puts a final or parked record back into the working set for a replay, owned by `owner` at the
  * next epoch, whose lease it takes first: of replays (or a claim) racing for it, the loser gets
  * undefined. The record left in its partition is removed at once (and, should that fail, when
- * the message is final again).
+ * the message is final again). `change` makes the document that goes in of the record restored
+ * (a replay's own first write goes with the insert).
  */
 export async function restoreRecord(
   store: Store,
   record: MessageDoc,
   owner: string,
   leaseMs: number,
+  change: (restored: MessageDoc) => MessageDoc = (restored) => restored,
 ): Promise<MessageDoc | undefined> {
   const due = new Date(Date.now() + leaseMs);
   // its epoch's lease, as every move to a new epoch takes one: a claim of a parked record's pointer
   // then knows from its own lease whether anything moved the message since (parking.ts)
   const epoch = await takeLease(store, record._id, record.lease_epoch, owner, due);
   if (epoch === undefined) return undefined;
-  const doc = await insertAtEpoch(store, {
-    ...record,
-    lease_epoch: epoch,
-    version: record.version + 1,
-    lease_owner: owner,
-    due_at: due,
-    replays: (record.replays ?? 0) + 1,
-  });
+  // `change` (a replay's first step) leaves the ownership as it is: it is the lease's
+  const doc = await insertAtEpoch(
+    store,
+    change({
+      ...record,
+      lease_epoch: epoch,
+      version: record.version + 1,
+      lease_owner: owner,
+      due_at: due,
+      replays: (record.replays ?? 0) + 1,
+    }),
+  );
   if (!doc) {
     await store.leases.deleteOne({ _id: `${record._id}:${epoch}` }).catch(() => {});
     return undefined;

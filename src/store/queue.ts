@@ -193,14 +193,18 @@ export function expireLeases(store: Store, before: Date): Promise<number> {
 
 // ---------- an operator's and the 451's moves ----------
 
-/** restore: a final or parked record back into the working set at the next epoch, owned by `owner`. */
+/**
+ * restore: a final or parked record back into the working set at the next epoch, owned by `owner`;
+ * `change` makes what goes in of the record as restored (a replay's first step goes with the insert).
+ */
 export function restore(
   store: Store,
   record: MessageDoc,
   owner: string,
   leaseMs: number,
+  change?: (restored: MessageDoc) => MessageDoc,
 ): Promise<MessageDoc | undefined> {
-  return restoreRecord(store, record, owner, leaseMs);
+  return restoreRecord(store, record, owner, leaseMs, change);
 }
 
 /** abandon: the untouched records of acceptances answered 451 whose inserts landed late. */
