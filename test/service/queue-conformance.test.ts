@@ -154,11 +154,19 @@ for (const profile of PROFILES) {
     t.is(inFlight(finalCounts), 0);
     t.is(finalCounts.dlq, 1);
 
-    // an operator's replay restores it at the next epoch, once
-    const restored = await queue.restore(store, final!, 'owner-d', 5000);
+    // an operator's replay restores it at the next epoch, once, its first step in the same insert
+    const replay = messageStep('dlq', 'replay', new Date(), 'replay requested');
+    const restored = await queue.restore(store, final!, 'owner-d', 5000, (one) => ({
+      ...one,
+      state: replay.state,
+      history: [...one.history, replay.entry],
+    }));
     t.is(restored?.lease_epoch, (claimed?.lease_epoch ?? 0) + 1);
     t.is(await queue.restore(store, final!, 'owner-e', 5000), undefined);
-    t.like(await getMessage(store, doc._id), { lease_owner: 'owner-d' });
+    const replayed = await getMessage(store, doc._id);
+    t.like(replayed, { lease_owner: 'owner-d', state: 'queued', version: final!.version + 1 });
+    t.is(replayed?.history.at(-1)?.detail, 'replay requested');
+    t.like(await store.messages.findOne({ _id: doc._id }), { state: 'queued', lease_owner: 'owner-d' });
   });
 
   test(`${profile} profile: a message whose owner died is taken over; the dead owner's writes are refused`, async (t) => {
