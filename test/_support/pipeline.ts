@@ -14,6 +14,8 @@ export interface Pipeline {
   uri: string;
   /** kills the service and closes the receiver (registered as t.teardown when a test is given) */
   stop(): Promise<void>;
+  /** writes the service's last log lines to stderr: what a failed hook leaves to go on */
+  showLog(title: string): void;
 }
 
 /** Short settings so that retries, timeouts and lease expiry happen within a test. */
@@ -49,12 +51,13 @@ export async function startPipeline(
     await service.stop('SIGKILL');
     await receiver.close();
   };
+  const showLog = (title: string) => void process.stderr.write(logTail(title, service.output()));
   t?.teardown(async () => {
     // a failed test shows what its service said: CI's report is all there is to go on afterwards
-    if (!t.passed) process.stderr.write(logTail(t.title, service.output()));
+    if (!t.passed) showLog(t.title);
     await stop();
   });
-  return { service, receiver, uri, stop, api: new ApiClient(service.baseUrl, undefined, t) };
+  return { service, receiver, uri, stop, showLog, api: new ApiClient(service.baseUrl, undefined, t) };
 }
 
 const SHOWN_LINES = 60;
@@ -95,6 +98,8 @@ export interface MessageDetail {
   }>;
 }
 
+const POLL_MAX_MS = 250;
+
 /** Polls GET /messages/{id} until the message reaches one of `states`. */
 export async function waitForState(
   api: ApiClient,
@@ -104,6 +109,7 @@ export async function waitForState(
 ): Promise<MessageDetail> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
+  let pauseMs = 25;
   for (;;) {
     // the API may be briefly away (a worker killed by the test is being replaced)
     const res = await api
@@ -114,7 +120,10 @@ export async function waitForState(
     last = res.body;
     if (Date.now() > deadline)
       throw new Error(`message ${id} is ${JSON.stringify(last)} after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // each look costs the service a read: under the suite's load 100-300 ms of it, and at a look
+    // every 50 ms the waiting test was a good part of what slowed the work it waited for
+    await new Promise((resolve) => setTimeout(resolve, pauseMs));
+    pauseMs = Math.min(POLL_MAX_MS, pauseMs * 2);
   }
 }
 
