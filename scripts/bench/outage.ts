@@ -171,7 +171,9 @@ async function outageCase(
   // the backlog over one smtp-source run: its sessions may last longer than the default limit
   // the breaker (issue 30) would pause the down endpoint after 20 failures and hold its deliveries
   // without attempts: this part measures the storage of a retry backlog, so every one is attempted
-  const env = { STORAGE_PROFILE: profile, SMTP_SESSION_LIMIT: '12h', ENDPOINT_PAUSE_AFTER: '0' };
+  // over PostgreSQL, the profile a FerretDB there is named (its writes side by side: profile.ts)
+  const storageProfile = profile === 'ferretdb' && backend === 'postgresql' ? 'ferretdb-postgresql' : profile;
+  const env = { STORAGE_PROFILE: storageProfile, SMTP_SESSION_LIMIT: '12h', ENDPOINT_PAUSE_AFTER: '0' };
   const down = await h.startSink();
   let running: RunningService | undefined;
   try {
@@ -266,7 +268,7 @@ async function outageCase(
     const baseline = Math.max(noBacklogFresh.deliveredPerSecond, afterDrainFresh.deliveredPerSecond);
     return {
       backend,
-      profile,
+      profile: storageProfile,
       backlog: size,
       startedAt,
       commit: measured,
@@ -625,7 +627,8 @@ async function api(h: OutageHarness, running: RunningService): Promise<EndpointF
 
 type Case = {
   backend: Backend;
-  profile: Profile;
+  /** the STORAGE_PROFILE the service ran */
+  profile: Profile | 'ferretdb-postgresql';
   backlog: number;
   error?: string;
   startedAt: string;

@@ -171,10 +171,10 @@ export const SETTINGS = Object.freeze({
     flag: 'storage-profile',
     defaultText: 'auto',
     description:
-      'How the store lays out its data: auto (detected from the server), mongodb or ferretdb (README, "Backend profiles")',
+      'How the store lays out its data: auto (detected from the server), mongodb, ferretdb, or ferretdb-postgresql for a FerretDB whose storage is PostgreSQL (README, "Backend profiles")',
     defaultValue: () => 'auto' as const,
-    parse: oneOf(['auto', 'mongodb', 'ferretdb'] as const),
-  } satisfies Setting<'auto' | 'mongodb' | 'ferretdb'>,
+    parse: oneOf(['auto', 'mongodb', 'ferretdb', 'ferretdb-postgresql'] as const),
+  } satisfies Setting<'auto' | 'mongodb' | 'ferretdb' | 'ferretdb-postgresql'>,
   httpHost: {
     env: 'HTTP_HOST',
     flag: 'http-host',

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { startLocalServer } from '../../src/local-db/server.ts';
 import { openStore, type Store } from '../../src/store/mongo.ts';
-import type { ProfileSetting } from '../../src/store/profile.ts';
+import { isProfileSetting, type ProfileSetting } from '../../src/store/profile.ts';
 
 let serverUri: Promise<string> | undefined;
 
@@ -47,5 +47,5 @@ export async function openTestDatabase(label?: string, profile?: ProfileSetting)
 /** The backend profile the tests run: STORAGE_PROFILE when set, else the server's own. */
 export function testProfile(): ProfileSetting {
   const named = process.env.STORAGE_PROFILE;
-  return named === 'mongodb' || named === 'ferretdb' ? named : 'auto';
+  return named && isProfileSetting(named) ? named : 'auto';
 }

@@ -1,4 +1,4 @@
-// The queue seam's moves (src/store/queue.ts) against both backend profiles: the MongoDB profile's
+// The queue seam's moves (src/store/queue.ts) against every backend profile: the MongoDB profile's
 // code runs here on the test server too (FerretDB in CI), so the layout production runs is
 // exercised on every change. The same story for each profile: accept, park until a retry is due
 // (on FerretDB out of the working set; on MongoDB in it, found by the scheduler's query), claimed
@@ -21,7 +21,9 @@ import { getMessage, listMessages } from '../../src/store/read-model.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 
-const PROFILES: ProfileName[] = ['ferretdb', 'mongodb'];
+// ferretdb-postgresql is FerretDB's layout with writes side by side (no write gate): the same story
+// must hold without the gate's order
+const PROFILES: ProfileName[] = ['ferretdb', 'ferretdb-postgresql', 'mongodb'];
 
 function acceptedDoc(n: number, owner: string, leaseMs: number): AcceptedMessage {
   const at = new Date();

@@ -97,6 +97,18 @@ test('RETRY_DELAYS sets the number of retries', (t) => {
   t.deepEqual(result.config.retryDelays, [100, 2000, 60_000]);
 });
 
+test('STORAGE_PROFILE names a profile, ferretdb-postgresql among them, and refuses others', (t) => {
+  const given = (value: string) => {
+    const result = loadConfig([], { STORAGE_PROFILE: value });
+    return result.ok ? result.config.storageProfile : result.problems.join('; ');
+  };
+  t.is(given('ferretdb-postgresql'), 'ferretdb-postgresql');
+  t.is(given('mongodb'), 'mongodb');
+  t.regex(String(given('postgresql')), /STORAGE_PROFILE/);
+  const defaults = loadConfig([], {});
+  t.is(defaults.ok && defaults.config.storageProfile, 'auto');
+});
+
 test('RETRY_JITTER is a percentage from 0% to 50%, 10% by default', (t) => {
   const given = (value: string) => {
     const result = loadConfig([], { RETRY_JITTER: value });
