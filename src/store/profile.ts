@@ -46,8 +46,9 @@ export interface BackendProfile {
    * a second writer does not queue but sleeps in SQLite's busy handler (1 to 100 ms a try), which
    * left a retry backlog's drain waiting with the cores idle. MongoDB runs writes side by side, and
    * so does FerretDB over PostgreSQL (the `ferretdb-postgresql` profile, named by STORAGE_PROFILE:
-   * FerretDB does not say which storage it uses): there one writer left a drain at 75 msg/s with
-   * 1.2 of 2 cores busy, side by side it went at 117 (docs/decisions/0026-writers-over-postgresql.md).
+   * FerretDB does not say which storage it uses): there, side by side, new mail to other routes
+   * kept its pace beside a backlog of 10,000 and the replay doubled, though the drain slowed
+   * (docs/decisions/0026-writers-over-postgresql.md).
    */
   readonly oneWriter: boolean;
   /**
