@@ -91,6 +91,10 @@ function percent(maxPercent: number) {
   };
 }
 
+/** The backend profiles STORAGE_PROFILE can name: what each lays out differently is src/store/profile.ts */
+export const STORAGE_PROFILES = ['mongodb', 'ferretdb', 'ferretdb-postgresql'] as const;
+export type StorageProfileName = (typeof STORAGE_PROFILES)[number];
+
 function oneOf<T extends string>(choices: readonly T[]) {
   return (value: string): Parsed<T> =>
     (choices as readonly string[]).includes(value)
@@ -173,8 +177,8 @@ export const SETTINGS = Object.freeze({
     description:
       'How the store lays out its data: auto (detected from the server), mongodb, ferretdb, or ferretdb-postgresql for a FerretDB whose storage is PostgreSQL (README, "Backend profiles")',
     defaultValue: () => 'auto' as const,
-    parse: oneOf(['auto', 'mongodb', 'ferretdb', 'ferretdb-postgresql'] as const),
-  } satisfies Setting<'auto' | 'mongodb' | 'ferretdb' | 'ferretdb-postgresql'>,
+    parse: oneOf(['auto', ...STORAGE_PROFILES] as const),
+  } satisfies Setting<'auto' | StorageProfileName>,
   httpHost: {
     env: 'HTTP_HOST',
     flag: 'http-host',

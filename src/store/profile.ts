@@ -6,7 +6,10 @@
 // ARCHITECTURE.md tables what each flag changes, and docs/decisions/ has a page per flag with its
 // measured reason; store modules read the flags, never the server's name.
 
-export type ProfileName = 'mongodb' | 'ferretdb' | 'ferretdb-postgresql';
+import type { StorageProfileName } from '../config/schema.ts';
+
+/** one per name the setting accepts (PROFILES below must have each) */
+export type ProfileName = StorageProfileName;
 /** STORAGE_PROFILE: `auto` detects the server from `buildInfo` */
 export type ProfileSetting = ProfileName | 'auto';
 

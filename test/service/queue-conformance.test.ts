@@ -7,6 +7,8 @@
 import { gzipSync } from 'node:zlib';
 import test from 'ava';
 import { Binary } from 'mongodb';
+import { applyChange } from '../../src/actor/change.ts';
+import { decideReplay } from '../../src/actor/decisions.ts';
 import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
 import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
@@ -157,17 +159,14 @@ for (const profile of PROFILES) {
     t.is(finalCounts.dlq, 1);
 
     // an operator's replay restores it at the next epoch, once, its first step in the same insert
-    const replay = messageStep('dlq', 'replay', new Date(), 'replay requested');
-    const restored = await queue.restore(store, final!, 'owner-d', 5000, (one) => ({
-      ...one,
-      state: replay.state,
-      history: [...one.history, replay.entry],
-    }));
+    // the change a replay makes (src/actor/replay.ts)
+    const replayed = (one: MessageDoc) => applyChange(one, decideReplay(one, new Date()));
+    const restored = await queue.restore(store, final!, 'owner-d', 5000, replayed);
     t.is(restored?.lease_epoch, (claimed?.lease_epoch ?? 0) + 1);
     t.is(await queue.restore(store, final!, 'owner-e', 5000), undefined);
-    const replayed = await getMessage(store, doc._id);
-    t.like(replayed, { lease_owner: 'owner-d', state: 'queued', version: final!.version + 1 });
-    t.is(replayed?.history.at(-1)?.detail, 'replay requested');
+    const read = await getMessage(store, doc._id);
+    t.like(read, { lease_owner: 'owner-d', state: 'queued', version: final!.version + 1 });
+    t.is(read?.history.at(-1)?.detail, 'replay requested');
     t.like(await store.messages.findOne({ _id: doc._id }), { state: 'queued', lease_owner: 'owner-d' });
   });
 
