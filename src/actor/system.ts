@@ -111,6 +111,8 @@ export class ActorSystem {
   private timers: NodeJS.Timeout[] = [];
   /** where this process's accepted messages wait until final or their first other write */
   readonly intake: Intake | undefined;
+  /** where the parked messages this process claims wait, likewise (intake.ts) */
+  private readonly claims: Intake | undefined;
   /** acceptances answered 451 whose record may still land */
   private readonly abandoned: AbandonedAcceptances;
   private polling = false;
@@ -132,6 +134,9 @@ export class ActorSystem {
     this.maxActors = options.maxActors ?? 1000;
     this.intake = options.store.profile.intakeCollections
       ? new Intake(options.store, this.owner, options.leaseMs)
+      : undefined;
+    this.claims = options.store.profile.intakeCollections
+      ? new Intake(options.store, this.owner, options.leaseMs, 'claims')
       : undefined;
     this.abandoned = new AbandonedAcceptances(this.intake);
     // poll often enough for short leases and retry delays (tests and drills), at most once a second
@@ -238,6 +243,7 @@ export class ActorSystem {
     this.polling = true;
     try {
       void this.intake?.tick();
+      void this.claims?.tick();
       const now = Date.now();
       if (!this.options.store.profile.parkRetries || now - this.workingSetPolledAt >= WORKING_SET_POLL_MS) {
         this.workingSetPolledAt = now;
@@ -317,7 +323,7 @@ export class ActorSystem {
           left++;
           return;
         }
-        const claim = await queue.claim(store, pointer, this.owner, this.options.leaseMs);
+        const claim = await queue.claim(store, pointer, this.owner, this.options.leaseMs, this.claims);
         if (claim.outcome === 'held') {
           left++;
           return;
@@ -328,7 +334,7 @@ export class ActorSystem {
           { event: EVENTS.leaseTakenOver, message: claim.doc._id, epoch: claim.doc.lease_epoch },
           'claimed a parked message',
         );
-        this.spawn(claim.doc);
+        this.spawn(claim.doc, undefined, claim.intake);
       });
       if (this.stopping) return;
       if (left > 0 || !complete) {
@@ -419,6 +425,7 @@ export class ActorSystem {
       }
       if (left === 0) {
         this.intake?.forget(entry._id);
+        this.claims?.forget(entry._id);
         await queue.dropStaleIntake(this.options.store, entry._id);
       }
     }
@@ -445,9 +452,10 @@ export class ActorSystem {
       await Promise.race([all, deadline]);
       clearTimeout(timer);
       // what this process's intakes hold has all left them: nothing more will come
-      await this.intake?.tick(true);
+      await Promise.all([this.intake?.tick(true), this.claims?.tick(true)]);
       // what is left in them (actors past the deadline) is listed from the database from now on
       this.intake?.close();
+      this.claims?.close();
     })();
     return this.stopping;
   }

@@ -7,6 +7,12 @@
 // waited; dropping a collection costs the same whatever it holds
 // (docs/decisions/0001-intake-collections.md, 0003-separate-intake-database.md).
 //
+// A process also keeps the parked messages it claims (parking.ts) in intakes of their own, of the
+// kind `claims` (`claims_<process number>_<span start>`, a span of claim time, not of acceptance):
+// the same insert-only collections, dropped whole, so that a drained message is never deleted
+// from `messages` (FerretDB runs each such delete as a read and a transaction of its own). Its id
+// does not name such an intake, so readers look in every live one.
+//
 // A message departs its intake when its final record is stored (history.ts), or at its first
 // other write (a retry's release, a lease renewal, a failure): it then moves into `messages` at the
 // next epoch, taking that lease as any claimant would (leases.ts), and every fenced write works
@@ -17,6 +23,7 @@
 // stalls), and any process's scheduler takes its due messages over (`claimFromIntake`).
 import { Batcher } from './batcher.ts';
 import { DURABLE } from './connection.ts';
+import { retryTransient } from './failures.ts';
 import { findRecord } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
 import { insertAtEpoch, insertClaimed, takeLease } from './leases.ts';
@@ -24,20 +31,32 @@ import { SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { LocalIntake, Store } from './mongo.ts';
 import { idMs } from './partitions.ts';
-import { type IntakeRecord, packedFor, unpackIntake } from './records.ts';
+import { type IntakeRecord, packedFor, packIntake, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
 
 /** What this process keeps of each message in its intakes for listings: a summary and its version. */
 const LISTED_FIELDS = [...SUMMARY_FIELDS, 'version'] as const;
 
-/** A live intake: its collection, whose ids it holds, and the span of their acceptance times (ms). */
+/** Messages this process accepted, or parked messages it claimed (their ids name another intake). */
+export type IntakeKind = 'intake' | 'claims';
+
+/** A live intake: its collection, whose ids it holds, and the span of their acceptance (or claim) times (ms). */
 export interface IntakeEntry {
   _id: string;
   number: string;
   owner: string;
   start: number;
   end: number;
+  /** absent for accepted messages */
+  kind?: 'claims';
+}
+
+const isClaims = (entry: IntakeEntry) => entry.kind === 'claims';
+
+/** The key of an intake in Store.localIntakes: its owner's name, and its kind unless `intake`. */
+export function localIntakeKey(owner: string, kind: IntakeKind | undefined): string {
+  return kind === 'claims' ? `${owner}#claims` : owner;
 }
 
 /** Messages that have left an intake (final, or moved into `messages`); never a message id. */
@@ -113,12 +132,15 @@ export async function readIntakes(store: Store, projection?: Record<string, 1>):
   return (await Promise.all(intakes.map((entry) => readIntake(store, entry._id, projection)))).flat();
 }
 
-/** A message's copies in the intakes its id names (the accepting process's, for its time). */
+/**
+ * A message's copies in the intakes its id names (the accepting process's, for its time) and in
+ * every intake of claims (a few per process: a claimed message stays there for one attempt).
+ */
 export async function findInIntakes(store: Store, id: string): Promise<MessageDoc | null> {
   const at = idMs(id);
   const number = processNumberOf(id);
   const names = (await listIntakes(store))
-    .filter((entry) => entry.number === number && entry.start <= at && at < entry.end)
+    .filter((entry) => isClaims(entry) || (entry.number === number && entry.start <= at && at < entry.end))
     .map((entry) => entry._id);
   const found = await Promise.all(
     names.map((name) =>
@@ -214,6 +236,39 @@ export async function claimFromIntake(
   return claimed ?? 'departed';
 }
 
+/**
+ * A parked message this process claimed (its lease won: parking.ts), as `claimed` (claimedCopy),
+ * into its current intake of claims: the document as stored, or undefined when a copy of it is in
+ * `messages` (a replay's, or one a crash while parking left: the unique `_id` there told this when
+ * claims went into `messages`). A message claimed twice within one span by this process (a short
+ * retry delay) goes into `messages` the second time: an intake holds an id once.
+ */
+export async function claimIntoIntake(
+  store: Store,
+  claims: Intake,
+  claimed: MessageDoc,
+): Promise<{ doc: MessageDoc; intake?: Intake } | undefined> {
+  const id = claimed._id;
+  if (await store.messages.findOne({ _id: id }, { projection: { _id: 1 } })) return undefined;
+  if (!claims.canEnter(id)) {
+    const inserted = await insertAtEpoch(store, claimed);
+    return inserted && { doc: inserted };
+  }
+  try {
+    const name = await claims.enter(id);
+    await retryTransient(async () => {
+      const outcome = await store.writes.intakeInserts.submit(name, packIntake(claimed));
+      // an earlier try of this insert that went in: the id entered this span only now
+      if (outcome && !isDuplicateKey(outcome)) throw outcome;
+    });
+  } catch (err) {
+    claims.depart(id, false);
+    throw err;
+  }
+  claims.stored(claimed);
+  return { doc: claimed, intake: claims };
+}
+
 interface Span {
   start: number;
   end: number;
@@ -224,6 +279,8 @@ interface Span {
   failed: boolean;
   /** messages entered and not yet departed */
   outstanding: Set<string>;
+  /** every message that ever entered it (an intake of claims holds an id once) */
+  entered?: Set<string>;
   /** the messages stored in it and not departed, summarised: what a listing of it finds */
   stored: Map<string, MessageDoc>;
   markers?: Batcher<string, undefined>;
@@ -238,6 +295,9 @@ interface Span {
  */
 export class Intake implements LocalIntake {
   private readonly store: Store;
+  readonly kind: IntakeKind;
+  /** of an intake of claims: the span each claimed message entered, by id */
+  private readonly claimedIn = new Map<string, number>();
   /** this process's name in leases (the owner of what it accepts) */
   readonly ownerName: string;
   readonly leaseMs: number;
@@ -249,12 +309,13 @@ export class Intake implements LocalIntake {
   /** intakes this process is dropping: they list nothing */
   private readonly emptied = new Set<string>();
 
-  constructor(store: Store, ownerName: string, leaseMs: number) {
+  constructor(store: Store, ownerName: string, leaseMs: number, kind: IntakeKind = 'intake') {
     this.store = store;
     this.ownerName = ownerName;
     this.leaseMs = leaseMs;
+    this.kind = kind;
     this.spanMs = intakeSpanMs(leaseMs);
-    store.localIntakes.set(ownerName, this);
+    store.localIntakes.set(localIntakeKey(ownerName, kind), this);
   }
 
   /** The message is stored in its intake (its insert acknowledged): listings find it from now on. */
@@ -281,13 +342,24 @@ export class Intake implements LocalIntake {
 
   /** This process stops: its listings read its intakes from the database again. */
   close(): void {
-    if (this.store.localIntakes.get(this.ownerName) === this) this.store.localIntakes.delete(this.ownerName);
+    const key = localIntakeKey(this.ownerName, this.kind);
+    if (this.store.localIntakes.get(key) === this) this.store.localIntakes.delete(key);
+  }
+
+  /** Whether a claimed message can enter the current span of claims (it has not been in it before). */
+  canEnter(id: string): boolean {
+    return !this.spans.get(this.spanStart(Date.now()))?.entered?.has(id);
   }
 
   /** Counts a message in its span, registered first: the collection its insert goes to. */
   async enter(id: string): Promise<string> {
+    if (this.kind === 'claims') this.claimedIn.set(id, this.spanStart(Date.now()));
     const span = this.spanOf(id);
     span.outstanding.add(id);
+    if (this.kind === 'claims') {
+      span.entered ??= new Set();
+      span.entered.add(id);
+    }
     try {
       return await span.name;
     } catch (err) {
@@ -303,6 +375,7 @@ export class Intake implements LocalIntake {
    */
   depart(id: string, noted = true): void {
     const span = this.spans.get(this.startOf(id));
+    this.claimedIn.delete(id);
     if (!span?.outstanding.has(id)) return;
     // its newer copy (final record, or `messages`) is stored by now: listings find that one
     span.stored.delete(id);
@@ -335,8 +408,14 @@ export class Intake implements LocalIntake {
       );
   }
 
+  /** The span a message is in: of its acceptance time, or (claims) of when it was claimed. */
   private startOf(id: string): number {
-    return Math.floor(idMs(id) / this.spanMs) * this.spanMs;
+    if (this.kind === 'claims') return this.claimedIn.get(id) ?? Number.NaN;
+    return this.spanStart(idMs(id));
+  }
+
+  private spanStart(ms: number): number {
+    return Math.floor(ms / this.spanMs) * this.spanMs;
   }
 
   private spanOf(id: string): Span {
@@ -366,7 +445,7 @@ export class Intake implements LocalIntake {
   }
 
   private async register(start: number): Promise<string> {
-    const base = `intake_${ownProcessNumber()}_${start}`;
+    const base = `${this.kind}_${ownProcessNumber()}_${start}`;
     // two processes that drew the same number (one in a million): the second names its own
     const names = [base, `${base}_${this.ownerName.split(':').at(-1)}`];
     for (const name of names) {
@@ -376,6 +455,7 @@ export class Intake implements LocalIntake {
         owner: this.ownerName,
         start,
         end: start + this.spanMs,
+        ...(this.kind === 'claims' ? { kind: 'claims' as const } : {}),
       };
       try {
         await registry(this.store).insertOne(entry, { writeConcern: DURABLE });

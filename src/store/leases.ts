@@ -112,9 +112,21 @@ export async function insertAtEpoch(store: Store, doc: MessageDoc): Promise<Mess
 }
 
 /**
- * A claimed message into `messages` at the epoch whose lease `owner` won, its lease running until
- * `expiresAt`: a take-over from a stale intake, a parked message's claim. Counted in `claims`.
+ * A claimed message as it goes in at the epoch whose lease `owner` won, its lease running until
+ * `expiresAt` (a take-over from a stale intake, a parked message's claim): counted in `claims`.
  */
+export function claimedCopy(doc: MessageDoc, epoch: number, owner: string, expiresAt: Date): MessageDoc {
+  return {
+    ...doc,
+    lease_epoch: epoch,
+    lease_owner: owner,
+    due_at: expiresAt,
+    version: doc.version + 1,
+    claims: (doc.claims ?? 0) + 1,
+  };
+}
+
+/** A claimed message (claimedCopy) into `messages`. */
 export function insertClaimed(
   store: Store,
   doc: MessageDoc,
@@ -122,14 +134,7 @@ export function insertClaimed(
   owner: string,
   expiresAt: Date,
 ): Promise<MessageDoc | undefined> {
-  return insertAtEpoch(store, {
-    ...doc,
-    lease_epoch: epoch,
-    lease_owner: owner,
-    due_at: expiresAt,
-    version: doc.version + 1,
-    claims: (doc.claims ?? 0) + 1,
-  });
+  return insertAtEpoch(store, claimedCopy(doc, epoch, owner, expiresAt));
 }
 
 /**

@@ -20,7 +20,8 @@ import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { findRecord, storeRecord, takeOutRecord } from './history.ts';
 import { isDuplicateKey } from './ids.ts';
-import { insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
+import { claimIntoIntake, type Intake } from './intake.ts';
+import { claimedCopy, insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { partitionOf } from './partitions.ts';
@@ -158,12 +159,17 @@ async function findParked(store: Store, id: string): Promise<MessageDoc | null> 
  * `handled` when it needs nothing more (claimed by another process, parked again, replayed, final);
  * `held` when another process holds the next epoch's lease and has not finished its claim yet.
  */
-export type ParkedClaim = { outcome: 'claimed'; doc: MessageDoc } | { outcome: 'handled' | 'held' };
+export type ParkedClaim =
+  | { outcome: 'claimed'; doc: MessageDoc; intake?: Intake }
+  | { outcome: 'handled' | 'held' };
 
 /**
  * Claims a parked message whose pointer is due: the lease of the next epoch, then (the record
  * still at the pointer's version, no copy in the working set, no final record) the message into
- * `messages`, then its record and listing entry out of the retry partitions.
+ * `claims`, this process's intake of claims (intake.ts), or `messages` without one, then its
+ * record and listing entry out of the retry partitions. In the intake it is never deleted: it
+ * leaves with the intake's drop once final or parked again, or moves into `messages` at its first
+ * other write, as an accepted message does.
  *
  * What is read under the lease depends on the epoch won. The next one (the usual case): nobody
  * claimed, took over, restored or parked the message since the pointer was written, as each of
@@ -178,6 +184,7 @@ export async function claimParked(
   pointer: DuePointer,
   owner: string,
   leaseMs: number,
+  claims?: Intake,
 ): Promise<ParkedClaim> {
   const id = pointer.message;
   const parked = await findParked(store, id);
@@ -203,15 +210,18 @@ export async function claimParked(
       await takeOutRecord(store, 'retry', again._id, final.version).catch(() => {});
     return { outcome: outcome ?? 'handled' };
   }
-  const doc = await insertClaimed(store, again, epoch, owner, expiresAt);
-  if (!doc) {
+  const claimed = claims
+    ? await claimIntoIntake(store, claims, claimedCopy(again, epoch, owner, expiresAt))
+    : await insertClaimed(store, again, epoch, owner, expiresAt).then((doc) => doc && { doc });
+  if (!claimed) {
     // a copy in the working set (a replay's, or one left by a crash while parking) goes first
     await giveBack();
     return { outcome: 'held' };
   }
-  // the working-set copy is the one listed and read from now on (its version is higher)
+  const { doc } = claimed;
+  // the claimed copy is the one listed and read from now on (its version is higher)
   await retryTransient(() => takeOutRecord(store, 'retry', again._id, doc.version)).catch(() => {});
-  return { outcome: 'claimed', doc };
+  return { outcome: 'claimed', ...claimed };
 }
 
 /** A time at or before a record's park: its last history entry's (0 when it has none). */

@@ -18,7 +18,8 @@ export interface BackendProfile {
   /**
    * An accepted message goes into an intake, a collection per process and two seconds of
    * acceptance that is only inserted into and dropped whole (intake.ts): FerretDB spends more on
-   * deleting one document than on inserting three. Off, it goes into `messages`, a fixed
+   * deleting one document than on inserting three. So does a parked message its claimant claims,
+   * into an intake of claims (docs/decisions/0027-claims-intakes.md). Off, it goes into `messages`, a fixed
    * collection, and leaves it by a delete: on MongoDB a collection created and dropped every two
    * seconds per process is a replicated catalog change each, and a dropped table's files stay for
    * minutes.

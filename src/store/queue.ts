@@ -176,14 +176,18 @@ export function dropRetryBucket(store: Store, name: string): Promise<void> {
   return dropBucket(store, name);
 }
 
-/** claim: a parked message whose pointer is due, into the working set at the next epoch. */
+/**
+ * claim: a parked message whose pointer is due, at the next epoch, into this process's intake of
+ * claims (`claims`, where the profile has intakes) or the working set.
+ */
 export function claim(
   store: Store,
   pointer: DuePointer,
   owner: string,
   leaseMs: number,
+  claims?: Intake,
 ): Promise<ParkedClaim> {
-  return claimParked(store, pointer, owner, leaseMs);
+  return claimParked(store, pointer, owner, leaseMs, claims);
 }
 
 /** Lease documents that expired before `before` are deleted (no TTL indexes on FerretDB). */

@@ -8,7 +8,7 @@ import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
 import { findRecord } from './history.ts';
 import { isId } from './ids.ts';
-import { findInIntakes, listIntakes, readIntake } from './intake.ts';
+import { findInIntakes, type IntakeEntry, listIntakes, localIntakeKey, readIntake } from './intake.ts';
 import { listingKind, type MessageSummary, readPage, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -119,8 +119,13 @@ export async function listMessages(store: Store, query: MessageQuery): Promise<M
   // a message that moved into `messages` has the newer copy there
   const live = moved as Array<MessageSummary & { version: number }>;
   const movedIds = new Set(moved.map((doc) => doc._id));
+  // of a message's copies in intakes (one claimed again before the note of its first departure
+  // landed has two), the newest
+  const newestLive = new Map<string, MessageDoc>();
   for (const doc of intakes)
-    if (!movedIds.has(doc._id)) live.push(doc as MessageSummary & { version: number });
+    if (!movedIds.has(doc._id) && (newestLive.get(doc._id)?.version ?? -1) < doc.version)
+      newestLive.set(doc._id, doc);
+  for (const doc of newestLive.values()) live.push(doc as MessageSummary & { version: number });
 
   const archived: MessageSummary[] = [];
   if (finding) {
@@ -188,10 +193,16 @@ type Versioned = { _id: string; version: number };
  */
 async function newestInIntakes(store: Store, query: MessageQuery, want: number): Promise<MessageDoc[]> {
   const until = query.before ? idMs(query.before) : Number.POSITIVE_INFINITY;
-  const entries = (await listIntakes(store))
-    .filter((entry) => entry.start <= until)
+  const all = await listIntakes(store);
+  const listed = (entry: IntakeEntry) =>
+    store.localIntakes.get(localIntakeKey(entry.owner, entry.kind))?.listed(entry._id) ??
+    readIntake(store, entry._id, SUMMARY_PROJECTION);
+  // claimed messages of any age: every intake of claims is read (a few per process)
+  const claimed = await Promise.all(all.filter((entry) => entry.kind === 'claims').map(listed));
+  const found: MessageDoc[] = claimed.flat().filter((doc) => inLiveQuery(doc, query));
+  const entries = all
+    .filter((entry) => entry.kind !== 'claims' && entry.start <= until)
     .sort((a, b) => b.end - a.end);
-  const found: MessageDoc[] = [];
   for (let next = 0; next < entries.length; ) {
     // every span that ends at the newest unread end or later: their messages may be newer than it
     const boundary = entries[next]!.end;
@@ -199,15 +210,7 @@ async function newestInIntakes(store: Store, query: MessageQuery, want: number):
     if (complete >= want) break;
     let end = next + 1;
     while (end < entries.length && entries[end]!.end === boundary) end++;
-    const read = await Promise.all(
-      entries
-        .slice(next, end)
-        .map(
-          (entry) =>
-            store.localIntakes.get(entry.owner)?.listed(entry._id) ??
-            readIntake(store, entry._id, SUMMARY_PROJECTION),
-        ),
-    );
+    const read = await Promise.all(entries.slice(next, end).map(listed));
     next = end;
     found.push(...read.flat().filter((doc) => inLiveQuery(doc, query)));
   }

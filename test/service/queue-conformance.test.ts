@@ -13,6 +13,7 @@ import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
 import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
 import { idAt } from '../../src/store/ids.ts';
+import { intakeSpanMs } from '../../src/store/intake.ts';
 import type { Store } from '../../src/store/mongo.ts';
 import { partitionOf } from '../../src/store/partitions.ts';
 import type { ProfileName } from '../../src/store/profile.ts';
@@ -52,14 +53,23 @@ async function openProfile(t: { teardown: (fn: () => Promise<void>) => void }, p
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The scheduler's way to a message whose retry is due, on either profile: the claimed document or undefined. */
-async function claimWhenDue(store: Store, id: string, owner: string): Promise<MessageDoc | undefined> {
+/**
+ * The scheduler's way to a message whose retry is due, on either profile: the claimed document or
+ * undefined. Where the profile parks, into `claims` (the claimant's intake of claims) when given.
+ */
+async function claimWhenDue(
+  store: Store,
+  id: string,
+  owner: string,
+  claims?: queue.Intake,
+  leaseMs = 5000,
+): Promise<MessageDoc | undefined> {
   const now = Date.now();
   if (store.profile.parkRetries) {
     for (const name of await queue.dueRetryBuckets(store, now))
       for (const pointer of await queue.readRetryBucket(store, name)) {
         if (pointer.message !== id || pointer.due_at.getTime() > now) continue;
-        const claim = await queue.claim(store, pointer, owner, 5000);
+        const claim = await queue.claim(store, pointer, owner, leaseMs, claims);
         return claim.outcome === 'claimed' ? claim.doc : undefined;
       }
     return undefined;
@@ -121,10 +131,12 @@ for (const profile of PROFILES) {
     const waitingCounts = await countMessages(store);
     t.is(inFlight(waitingCounts), 1);
     t.is(waitingCounts.dlq, 0);
-    // not claimed before it is due; then by one claimant only
-    t.is(await claimWhenDue(store, doc._id, 'owner-b'), undefined);
+    // not claimed before it is due; then by one claimant only, into its intake of claims where the
+    // profile has intakes
+    const claims = intake && new queue.Intake(store, 'owner-b', 5000, 'claims');
+    t.is(await claimWhenDue(store, doc._id, 'owner-b', claims), undefined);
     await sleep(dueAt.getTime() - Date.now() + 50);
-    const claimed = await claimWhenDue(store, doc._id, 'owner-b');
+    const claimed = await claimWhenDue(store, doc._id, 'owner-b', claims);
     t.truthy(claimed, 'claimed once due');
     t.is(claimed?.lease_owner, 'owner-b');
     if (store.profile.parkRetries) t.is(claimed?.raw, undefined, 'its bytes stay in raw_<day>');
@@ -134,10 +146,22 @@ for (const profile of PROFILES) {
     // the owner that released it writes nothing more
     await t.throwsAsync(owned.write({ set: { parse_failures: 2 } }), { instanceOf: OwnershipLost });
     t.like(await getMessage(store, doc._id), { lease_owner: 'owner-b', version: claimed!.version });
-    t.like(await store.messages.findOne({ _id: doc._id }), { lease_owner: 'owner-b' });
+    if (claims) {
+      // never in `messages`, so never deleted from it: found by id and listed from its intake of claims
+      t.is(await store.messages.findOne({ _id: doc._id }), null);
+      t.deepEqual(
+        (await listMessages(store, { limit: 10, offset: 0 })).map((one) => [one._id, one.state]),
+        [[doc._id, 'queued']],
+      );
+      const entries = await store.db.collection('intakes').find({ kind: 'claims' }).toArray();
+      t.deepEqual(
+        entries.map((entry) => entry.owner),
+        ['owner-b'],
+      );
+    } else t.like(await store.messages.findOne({ _id: doc._id }), { lease_owner: 'owner-b' });
 
     // the claimant finishes it (not MIME: dlq); the working set forgets it
-    const mine = new OwnedMessage(store, claimed!);
+    const mine = new OwnedMessage(store, claimed!, claims);
     const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
     await mine.write({
       set: { state: step.state, error: 'not MIME' },
@@ -157,6 +181,13 @@ for (const profile of PROFILES) {
     const finalCounts = await countMessages(store);
     t.is(inFlight(finalCounts), 0);
     t.is(finalCounts.dlq, 1);
+    if (claims) {
+      // its intake of claims is dropped whole once its span has ended with every message gone
+      await sleep(intakeSpanMs(5000) + 50);
+      await claims.tick();
+      t.is(await store.db.collection('intakes').countDocuments({ kind: 'claims' }), 0);
+      t.like(await getMessage(store, doc._id), { state: 'dlq' });
+    }
 
     // an operator's replay restores it at the next epoch, once, its first step in the same insert
     // the change a replay makes (src/actor/replay.ts)
@@ -253,3 +284,35 @@ test('ferretdb profile: a parked message replayed to its end is never claimed ag
   t.is(await store.messages.findOne({ _id: doc._id }), null, 'nothing back in the working set');
   t.like(await getMessage(store, doc._id), { state: 'dlq', lease_owner: undefined });
 });
+
+// A claimant that died holding parked messages it claimed into its intake of claims: they are taken
+// over as an accepted message of a dead acceptor is, at the next epoch, and the dead claimant's
+// writes are refused.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a parked message whose claimant died is taken over from its intake of claims`, async (t) => {
+    const store = await openProfile(t, profile);
+    const leaseMs = 800;
+    const intake = new queue.Intake(store, 'owner-a', 5000);
+    const doc = acceptedDoc(4, 'owner-a', 5000);
+    await queue.accept(store, doc, intake);
+    const dueAt = new Date(Date.now() + 1500);
+    await new OwnedMessage(store, doc, intake).write({
+      set: { parse_failures: 1, due_at: dueAt },
+      unset: ['lease_owner'],
+    });
+    await sleep(dueAt.getTime() - Date.now() + 50);
+    const claims = new queue.Intake(store, 'owner-b', leaseMs, 'claims');
+    const claimed = await claimWhenDue(store, doc._id, 'owner-b', claims, leaseMs);
+    t.like(claimed, { lease_owner: 'owner-b' });
+    // owner-b dies: its intake of claims goes stale, its lease expires
+    await sleep(leaseMs + 200);
+    let taken: MessageDoc | 'departed' | undefined;
+    for (const entry of await queue.findStaleIntakes(store, Date.now(), leaseMs))
+      for (const one of await queue.readStaleIntake(store, entry._id))
+        if (one._id === doc._id) taken = await queue.takeOverFromIntake(store, one, 'owner-c', 5000);
+    t.like(taken, { lease_epoch: claimed!.lease_epoch + 1, lease_owner: 'owner-c', parse_failures: 1 });
+    const late = new OwnedMessage(store, claimed!, claims);
+    await t.throwsAsync(late.write({ set: { parse_failures: 2 } }), { instanceOf: OwnershipLost });
+    t.like(await getMessage(store, doc._id), { lease_owner: 'owner-c', parse_failures: 1 });
+  });
+}
