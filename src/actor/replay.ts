@@ -28,8 +28,6 @@ export async function takeForReplay(
     drives: (id: string) => boolean;
     /** resolves once this process's actor of the message (if any) has finished */
     finished: (id: string) => Promise<void>;
-    /** where a restored message goes, where the profile has intakes (queue.restore) */
-    claims?: queue.Intake;
   },
   to: ReplayTarget | undefined,
 ): Promise<
@@ -37,8 +35,6 @@ export async function takeForReplay(
   | {
       outcome: 'ok';
       doc: MessageDoc;
-      /** the intake of claims it was restored into, if any */
-      intake?: queue.Intake;
       raw: Uint8Array | undefined;
       /** whether the replay's first write is in the document (restored), or is the owner's to make (taken over) */
       written: boolean;
@@ -63,9 +59,9 @@ export async function takeForReplay(
     // the replay's first write goes with the restore's insert: one write instead of two, and a
     // process that dies before its next write leaves the message queued, not dead-lettered again
     const replayed = (restored: MessageDoc) => applyChange(restored, decideReplay(restored, new Date(), to));
-    const restored = await queue.restore(store, doc, owner.name, owner.leaseMs, replayed, owner.claims);
+    const restored = await queue.restore(store, doc, owner.name, owner.leaseMs, replayed);
     // another replay or claim took it in between: it is being worked on, so not replayable now
-    return restored ? { outcome: 'ok', ...restored, raw, written: true } : { outcome: 'invalid_state' };
+    return restored ? { outcome: 'ok', doc: restored, raw, written: true } : { outcome: 'invalid_state' };
   }
   const claimed = await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs);
   // someone else took it in between: it is being worked on, so not replayable now

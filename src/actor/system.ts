@@ -197,12 +197,11 @@ export class ActorSystem {
         leaseMs: this.options.leaseMs,
         drives: (other) => this.running.has(other),
         finished: (other) => this.finished(other, REPLAY_WAIT_MS),
-        claims: this.claims,
       },
       to,
     );
     if (taken.outcome !== 'ok') return taken.outcome;
-    const actor = new MessageActor(this.deps, taken.doc, taken.intake);
+    const actor = new MessageActor(this.deps, taken.doc);
     if (!taken.written) await actor.replay(to);
     this.track(actor, actor.run(taken.raw));
     return 'ok';

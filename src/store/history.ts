@@ -119,12 +119,11 @@ const FINAL_KINDS: readonly RecordKind[] = ['history', 'dlq'];
 const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
 
 /**
- * Puts a final or parked record back in flight for a replay, owned by `owner` at the next epoch,
- * whose lease it takes first: of replays (or a claim) racing for it, the loser gets undefined. The
- * record left in its partition is removed at once (and, should that fail, when the message is
- * final again). `change` makes the document that goes in of the record restored (a replay's own
- * first write goes with the insert); `insert` puts it in (into `messages` unless it says otherwise:
- * the replaying process's intake of claims, queue.ts), undefined when another copy is there.
+ * Puts a final or parked record back into the working set for a replay, owned by `owner` at the
+ * next epoch, whose lease it takes first: of replays (or a claim) racing for it, the loser gets
+ * undefined. The record left in its partition is removed at once (and, should that fail, when
+ * the message is final again). `change` makes the document that goes in of the record restored
+ * (a replay's own first write goes with the insert).
  */
 export async function restoreRecord(
   store: Store,
@@ -132,8 +131,6 @@ export async function restoreRecord(
   owner: string,
   leaseMs: number,
   change: (restored: MessageDoc) => MessageDoc = (restored) => restored,
-  insert: (restored: MessageDoc) => Promise<MessageDoc | undefined> = (restored) =>
-    insertAtEpoch(store, restored),
 ): Promise<MessageDoc | undefined> {
   const due = new Date(Date.now() + leaseMs);
   // its epoch's lease, as every move to a new epoch takes one: a claim of a parked record's pointer
@@ -141,7 +138,8 @@ export async function restoreRecord(
   const epoch = await takeLease(store, record._id, record.lease_epoch, owner, due);
   if (epoch === undefined) return undefined;
   // `change` (a replay's first step) leaves the ownership as it is: it is the lease's
-  const doc = await insert(
+  const doc = await insertAtEpoch(
+    store,
     change({
       ...record,
       lease_epoch: epoch,

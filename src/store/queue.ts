@@ -8,7 +8,6 @@ import type { UpdateFilter } from 'mongodb';
 import { archiveAsOwner, archiveFromIntake, isArchivable, restoreRecord } from './history.ts';
 import {
   claimFromIntake,
-  claimIntoIntake,
   dropIntake,
   Intake,
   type IntakeEntry,
@@ -199,26 +198,17 @@ export function expireLeases(store: Store, before: Date): Promise<number> {
 // ---------- an operator's and the 451's moves ----------
 
 /**
- * restore: a final or parked record back in flight at the next epoch, owned by `owner`: into its
- * intake of claims (`claims`, where the profile has intakes), or the working set; `change` makes
- * what goes in of the record as restored (a replay's first step goes with the insert).
+ * restore: a final or parked record back into the working set at the next epoch, owned by `owner`;
+ * `change` makes what goes in of the record as restored (a replay's first step goes with the insert).
  */
-export async function restore(
+export function restore(
   store: Store,
   record: MessageDoc,
   owner: string,
   leaseMs: number,
   change?: (restored: MessageDoc) => MessageDoc,
-  claims?: Intake,
-): Promise<{ doc: MessageDoc; intake?: Intake } | undefined> {
-  let intake: Intake | undefined;
-  const intoClaims = async (restored: MessageDoc) => {
-    const entered = await claimIntoIntake(store, claims!, restored);
-    intake = entered?.intake;
-    return entered?.doc;
-  };
-  const doc = await restoreRecord(store, record, owner, leaseMs, change, claims && intoClaims);
-  return doc && { doc, intake };
+): Promise<MessageDoc | undefined> {
+  return restoreRecord(store, record, owner, leaseMs, change);
 }
 
 /** abandon: the untouched records of acceptances answered 451 whose inserts landed late. */
