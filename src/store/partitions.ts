@@ -173,6 +173,8 @@ export class PartitionCatalog {
   private sorted: readonly Partition[] | undefined;
   private first: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** when this process noted each partition lately: kept though a read of the list misses it */
+  private readonly noted = new Map<string, number>();
 
   constructor(db: Db) {
     this.db = db;
@@ -198,12 +200,14 @@ export class PartitionCatalog {
     if (partition) {
       this.known.set(name, partition);
       this.sorted = undefined;
+      this.noted.set(name, Date.now());
     }
     return true;
   }
 
   forget(name: string): void {
     this.known.delete(name);
+    this.noted.delete(name);
     this.sorted = undefined;
   }
 
@@ -231,6 +235,14 @@ export class PartitionCatalog {
     for (const { name } of collections) {
       const partition = parsePartitionName(name);
       if (partition) found.set(partition.name, partition);
+    }
+    // a partition this process noted lately may be missing from a list read before its first
+    // insert created it, or while it did: it stays known (the gauges once counted a new dlq
+    // partition's record as 0 for a refresh)
+    const recently = Date.now() - 2 * CATALOG_REFRESH_MS;
+    for (const [name, at] of this.noted) {
+      if (at < recently) this.noted.delete(name);
+      else if (!found.has(name)) found.set(name, this.known.get(name) ?? parsePartitionName(name)!);
     }
     this.known = found;
     this.sorted = undefined;
