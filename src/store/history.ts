@@ -11,7 +11,7 @@ import { insertAtEpoch, takeLease } from './leases.ts';
 import { appendEntriesOf, entryOf, listingPartitionOf, removalOf } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { partitionOf, type RecordKind } from './partitions.ts';
+import { partitionOf, type RecordKind, supersededPartitionOf } from './partitions.ts';
 import { rawDocumentOf } from './raw.ts';
 import { type ArchivedRecord, packRecord, unpackRecord } from './records.ts';
 import { storeRawDocuments } from './writes.ts';
@@ -28,8 +28,10 @@ export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean
 }
 
 /**
- * Takes a record out of its partition (a replay brought the message back) and hides its listing
- * entry with the version that supersedes it.
+ * Takes a record out of its partition (a claim or a replay brought the message back) and hides its
+ * listing entry with the version that supersedes it. With the profile's `supersedeRecords` the
+ * record stays where it is and its id goes into `<kind>_superseded_<day>` (a marker): lookups by
+ * id and the gauges then pass it by, and it goes with its day's partition.
  */
 export async function takeOutRecord(
   store: Store,
@@ -37,15 +39,35 @@ export async function takeOutRecord(
   id: string,
   version: number,
 ): Promise<void> {
-  // the claims and replays of a moment share one entry set and one delete command; the entry goes
-  // first, so that a record left by a cut-short take-out is still found, and taken out again
+  // the claims and replays of a moment share one entry set and one command for the records; the
+  // entry goes first, so that a record left by a cut-short take-out is still found, and taken out again
   await store.writes.entryAppends.submit(listingPartitionOf(kind, id), removalOf(id, version));
-  await store.writes.recordRemovals.submit(partitionOf(kind, id), id);
+  if (!store.profile.supersedeRecords) {
+    await store.writes.recordRemovals.submit(partitionOf(kind, id), id);
+    return;
+  }
+  const refused = await store.writes.markerInserts.submit(supersededPartitionOf(kind, id), { _id: id });
+  // a marker already there: an earlier take-out of the same record
+  if (refused && !isDuplicateKey(refused)) throw refused;
+}
+
+/** A record of `kind` by exact `_id`, unless it was superseded (takeOutRecord). */
+export async function findLiveRecord(store: Store, kind: RecordKind, id: string): Promise<MessageDoc | null> {
+  const [record, marker] = await Promise.all([
+    store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id }),
+    store.profile.supersedeRecords
+      ? store.db
+          .collection<{ _id: string }>(supersededPartitionOf(kind, id))
+          .findOne({ _id: id }, { projection: { _id: 1 } })
+      : null,
+  ]);
+  return record && !marker ? unpackRecord(record) : null;
 }
 
 /**
  * Stores a record in its partition (a final one, or a parked one: parking.ts); a record already
- * there (a re-run after a crash, a message parked again) is replaced.
+ * there (a re-run after a crash, a message parked again, one superseded and left in place) is
+ * replaced, and is no longer superseded (writes.ts).
  */
 export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
   const kind = recordKind(doc);
@@ -62,10 +84,7 @@ export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> 
   // takes it out, but may have been cut short): looked for first, a read that waits for no writer
   if (doc.replays) {
     const other = kind === 'dlq' ? 'history' : 'dlq';
-    const left = await store.db
-      .collection<ArchivedRecord>(partitionOf(other, doc._id))
-      .findOne({ _id: doc._id }, { projection: { _id: 1 } });
-    if (left) await takeOutRecord(store, other, doc._id, doc.version);
+    if (await findLiveRecord(store, other, doc._id)) await takeOutRecord(store, other, doc._id, doc.version);
   }
 }
 
@@ -95,7 +114,8 @@ export async function archiveFromIntake(store: Store, owner: Ownership, doc: Mes
 
 /**
  * A record by id, of the kinds asked (all by default: final ones and a parked one), exactly
- * `{_id: X}` on the partitions its id names; of several, the one with the highest version.
+ * `{_id: X}` on the partitions its id names, superseded ones passed by; of several, the one with
+ * the highest version.
  */
 export async function findRecord(
   store: Store,
@@ -103,14 +123,9 @@ export async function findRecord(
   kinds: readonly RecordKind[] = store.profile.parkRetries ? RECORD_KINDS : FINAL_KINDS,
 ): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
-  const found = await Promise.all(
-    kinds.map((kind) => store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id })),
-  );
+  const found = await Promise.all(kinds.map((kind) => findLiveRecord(store, kind, id)));
   let newest: MessageDoc | null = null;
-  for (const record of found) {
-    const doc = record && unpackRecord(record);
-    if (doc && (!newest || doc.version > newest.version)) newest = doc;
-  }
+  for (const doc of found) if (doc && (!newest || doc.version > newest.version)) newest = doc;
   return newest;
 }
 
@@ -121,8 +136,8 @@ const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
 /**
  * Puts a final or parked record back into the working set for a replay, owned by `owner` at the
  * next epoch, whose lease it takes first: of replays (or a claim) racing for it, the loser gets
- * undefined. The record left in its partition is removed at once (and, should that fail, when
- * the message is final again). `change` makes the document that goes in of the record restored
+ * undefined. The record left in its partition is then taken out (takeOutRecord; should that fail,
+ * when the message is final again). `change` makes the document that goes in of the record restored
  * (a replay's own first write goes with the insert).
  */
 export async function restoreRecord(
@@ -153,8 +168,10 @@ export async function restoreRecord(
     await store.leases.deleteOne({ _id: `${record._id}:${epoch}` }).catch(() => {});
     return undefined;
   }
-  // meanwhile the working-set copy is the one listed and read: the replay need not wait for it
-  void takeOutRecord(store, recordKind(record), record._id, doc.version).catch(() => {});
+  // awaited: a marker that landed after the message was dead-lettered again would hide its new record
+  await retryTransient(() => takeOutRecord(store, recordKind(record), record._id, doc.version)).catch(
+    () => {},
+  );
   return doc;
 }
 

@@ -6,7 +6,15 @@ import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { readIntakes } from './intake.ts';
 import type { Store } from './mongo.ts';
-import { dayEnd, idMs, type Partition, partitionAt, partitionKeyOf } from './partitions.ts';
+import {
+  dayEnd,
+  idMs,
+  type Partition,
+  type PartitionKind,
+  partitionAt,
+  partitionKeyOf,
+  partitionName,
+} from './partitions.ts';
 
 export interface HousekeepingOptions {
   store: Store;
@@ -41,6 +49,8 @@ const AHEAD = Object.freeze([
   { kind: 'merged_list', spans: [0, DAY_MS] },
   { kind: 'delivered_list', spans: [0, HOUR_MS, 2 * HOUR_MS] },
 ] as const);
+
+const SUPERSEDED_KINDS = Object.freeze(['history_superseded', 'dlq_superseded', 'retry_superseded'] as const);
 
 const pause = () => new Promise((resolve) => setTimeout(resolve, STEP_PAUSE_MS).unref());
 
@@ -88,15 +98,19 @@ export class Housekeeping {
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
     let inFlight: number[] | undefined;
+    // decided once per day, before any of the day's partitions is dropped (its markers among them)
+    const parkedOn = new Map<string, Promise<boolean>>();
     const partitions = [...(await store.partitions.list({ fresh: true }))].reverse();
     for (const partition of partitions) {
       // by the day, for the hourly partitions too: a day's listing goes with the day's records
       const isRaw = partition.kind === 'raw' || partition.kind === 'rawfs';
       if (dayEnd(partition.key) > now - (isRaw ? rawRetentionMs : recordRetentionMs)) continue;
       // a parked message is in flight, not history: its record and entry stay until it is claimed
-      if (partition.kind === 'retry' || partition.kind === 'retry_list') {
+      if (PARKED_KINDS.has(partition.kind)) {
         const parked = partitions.find((one) => one.kind === 'retry' && one.key === partition.key);
-        if (parked && (await holdsAny(store, parked.name))) {
+        if (!parkedOn.has(partition.key))
+          parkedOn.set(partition.key, parked ? holdsParked(store, parked) : Promise.resolve(false));
+        if (await parkedOn.get(partition.key)) {
           report.kept.push(partition.name);
           continue;
         }
@@ -130,12 +144,17 @@ export class Housekeeping {
     const names = AHEAD.flatMap(({ kind, spans }) =>
       spans.map((ahead) => partitionAt(kind, partitionKeyOf(kind, now + ahead)).name),
     );
-    const wanted = store.profile.parkRetries
-      ? [
-          ...names,
-          ...[0, DAY_MS].map((ahead) => partitionAt('retry', partitionKeyOf('retry', now + ahead)).name),
-        ]
-      : names;
+    const days = (kind: PartitionKind) =>
+      [0, DAY_MS].map((ahead) => partitionAt(kind, partitionKeyOf(kind, now + ahead)).name);
+    const wanted = [
+      ...names,
+      ...(store.profile.parkRetries ? days('retry') : []),
+      ...(store.profile.supersedeRecords
+        ? SUPERSEDED_KINDS.filter((kind) => store.profile.parkRetries || kind !== 'retry_superseded').flatMap(
+            days,
+          )
+        : []),
+    ];
     const created: string[] = [];
     for (const name of wanted) {
       if (await store.partitions.has(name)) continue;
@@ -146,25 +165,29 @@ export class Housekeeping {
     return created;
   }
 
-  /** When the messages in flight were accepted. */
+  /** When the messages in flight were accepted (parked ones: of the days past raw retention). */
   private async inFlightTimes(): Promise<number[]> {
-    const { store } = this.options;
+    const { store, rawRetentionMs } = this.options;
+    const now = this.now();
     const [live, intakes, parked] = await Promise.all([
       store.messages.find({}, { projection: { _id: 1 } }).toArray(),
       readIntakes(store, { _id: 1 }),
-      this.parkedDays(),
+      this.parkedDays(now - rawRetentionMs),
     ]);
     return [...[...live, ...intakes].map((doc) => idMs(doc._id)), ...parked];
   }
 
   /**
-   * The start of each day that has messages parked for a retry (parking.ts): they are in flight,
-   * and their bytes are read again when they come due. A day whose retry partition is empty has none.
+   * The start of each day that ended by `endedBy` and has messages parked for a retry (parking.ts):
+   * they are in flight, and their bytes are read again when they come due. A day whose retry
+   * partition holds no record (or only superseded ones) has none.
    */
-  private async parkedDays(): Promise<number[]> {
+  private async parkedDays(endedBy: number): Promise<number[]> {
     const { store } = this.options;
-    const days = (await store.partitions.list()).filter((partition) => partition.kind === 'retry');
-    const held = await Promise.all(days.map((partition) => holdsAny(store, partition.name)));
+    const days = (await store.partitions.list()).filter(
+      (partition) => partition.kind === 'retry' && dayEnd(partition.key) <= endedBy,
+    );
+    const held = await Promise.all(days.map((partition) => holdsParked(store, partition)));
     return days.filter((_, i) => held[i]).map((partition) => partition.start);
   }
 
@@ -177,7 +200,24 @@ export class Housekeeping {
   }
 }
 
-/** Whether a collection holds a document: one read, whatever it holds (FerretDB pushes the limit of an empty filter). */
-async function holdsAny(store: Store, name: string): Promise<boolean> {
-  return (await store.db.collection(name).findOne({}, { projection: { _id: 1 } })) !== null;
+/** A day's parked records, their listing and their markers stay while one of its records is parked. */
+const PARKED_KINDS: ReadonlySet<string> = new Set(['retry', 'retry_list', 'retry_superseded']);
+
+/**
+ * Whether a retry partition holds a record that is not superseded (history.ts). Without markers:
+ * one read, whatever it holds (FerretDB pushes the limit of an empty filter). With them, every id
+ * of the day's records and markers, once, for a day past retention: counts from statistics are
+ * estimates over PostgreSQL, and a record dropped by mistake is a message lost.
+ */
+async function holdsParked(store: Store, parked: Partition): Promise<boolean> {
+  const records = store.db.collection<{ _id: string }>(parked.name);
+  if (!store.profile.supersedeRecords)
+    return (await records.findOne({}, { projection: { _id: 1 } })) !== null;
+  const markers = store.db.collection<{ _id: string }>(partitionName('retry_superseded', parked.key));
+  const [ids, superseded] = await Promise.all([
+    records.find({}, { projection: { _id: 1 } }).toArray(),
+    markers.find({}, { projection: { _id: 1 } }).toArray(),
+  ]);
+  const gone = new Set(superseded.map((marker) => marker._id));
+  return ids.some((record) => !gone.has(record._id));
 }

@@ -2,8 +2,10 @@
 // index or collection is made: what the code that wrote it expects to find. 1: 0.1.0 (one
 // `messages` collection for everything); 2: history partitions by the hour and per-process intakes;
 // 3: partitions by the day, backend profiles, parked retries (`retry_`, `due_` collections);
-// 4: the same collections as 3, with no reader left for those of 1 and 2.
-// A database recorded as 3, or not recorded, becomes 4 as it is, unless it still holds what an
+// 4: the same collections as 3, with no reader left for those of 1 and 2; 5: with the FerretDB
+// profiles, records that a claim or a replay superseded stay in place beside a marker in
+// `<kind>_superseded_<day>` (history.ts), which a build of 4 would take for live records.
+// A database recorded as 3 or 4, or not recorded, becomes 5 as it is, unless it still holds what an
 // earlier layout wrote (collections of 1 or 2, or 0.1.0's final messages in `messages`): this build
 // cannot read those, and refuses the database, saying what to do. So does a database recorded as
 // newer than this build: an older build would misread what a newer one wrote.
@@ -11,7 +13,7 @@
 import type { Store } from './mongo.ts';
 import { earlierLayoutCollection } from './partitions.ts';
 
-export const LAYOUT_VERSION = 4;
+export const LAYOUT_VERSION = 5;
 const LAYOUT_ID = 'layout';
 /** the last build that reads layouts 1 and 2 (its housekeeping moves 0.1.0's records; retention drops the hourly partitions) */
 const LAST_READER_OF_EARLIER = '86bb641';

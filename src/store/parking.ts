@@ -13,20 +13,18 @@
 // leaves the working copy, which the scheduler's poll of `messages` finds at the same due time. A
 // claim takes the lease of the next epoch (leases.ts: the unique insert decides among claimants,
 // and among the working copy's claimants too), puts the message back into `messages` at that
-// epoch, then takes its record and listing entry out. The claims of a poll share their writes
+// epoch, then takes its record and listing entry out (with the profile's `supersedeRecords` the
+// record stays, marked superseded: history.ts). The claims of a poll share their writes
 // (writes.ts), so a backlog drains at the pace of batches, not of one claim's round trips.
 import type { Collection } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
-import { findRecord, storeRecord, takeOutRecord } from './history.ts';
+import { findLiveRecord, findRecord, storeRecord, takeOutRecord } from './history.ts';
 import { isDuplicateKey } from './ids.ts';
 import { claimIntoIntake, type Intake } from './intake.ts';
 import { claimedCopy, insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
-import { partitionOf } from './partitions.ts';
-import type { ArchivedRecord } from './records.ts';
-import { unpackRecord } from './records.ts';
 
 /** A parked message's pointer in the bucket of its due time. */
 export interface DuePointer {
@@ -148,10 +146,9 @@ export async function dropBucket(store: Store, name: string): Promise<void> {
   await store.intakeDb.dropCollection(name).catch(() => false);
 }
 
-/** The parked record of a message, by exact `_id` on the partition its id names. */
-async function findParked(store: Store, id: string): Promise<MessageDoc | null> {
-  const record = await store.db.collection<ArchivedRecord>(partitionOf('retry', id)).findOne({ _id: id });
-  return record ? unpackRecord(record) : null;
+/** The parked record of a message, by exact `_id` on the partition its id names, unless superseded. */
+function findParked(store: Store, id: string): Promise<MessageDoc | null> {
+  return findLiveRecord(store, 'retry', id);
 }
 
 /**

@@ -28,7 +28,9 @@ const DAY_MS = 24 * HOUR_MS;
  * `rawfs` a GridFS bucket for larger ones (its collections are `rawfs_<key>.files` and `.chunks`),
  * `merged_list` the merged entry sets of the day's listing partitions (read by id only); `retry` the
  * records of messages parked until a retry is due and `retry_list` their listing (parking.ts, with
- * the profile's `parkRetries`).
+ * the profile's `parkRetries`); `history_superseded`, `dlq_superseded` and `retry_superseded` the
+ * ids of records of those kinds that a claim or a replay superseded and left in place (history.ts,
+ * with the profile's `supersedeRecords`).
  */
 export type PartitionKind =
   | 'history'
@@ -39,8 +41,16 @@ export type PartitionKind =
   | 'raw'
   | 'rawfs'
   | 'retry'
-  | 'retry_list';
+  | 'retry_list'
+  | 'history_superseded'
+  | 'dlq_superseded'
+  | 'retry_superseded';
 export type RecordKind = Extract<PartitionKind, 'history' | 'dlq' | 'retry'>;
+
+/** The kind of partition that names the superseded records of a record partition's kind. */
+export function supersededKind(kind: RecordKind): Extract<PartitionKind, `${RecordKind}_superseded`> {
+  return `${kind}_superseded`;
+}
 /** The span each kind is partitioned by now (see the header). */
 const SPAN_MS: Readonly<Record<PartitionKind, number>> = Object.freeze({
   history: DAY_MS,
@@ -52,6 +62,9 @@ const SPAN_MS: Readonly<Record<PartitionKind, number>> = Object.freeze({
   rawfs: DAY_MS,
   retry: DAY_MS,
   retry_list: DAY_MS,
+  history_superseded: DAY_MS,
+  dlq_superseded: DAY_MS,
+  retry_superseded: DAY_MS,
 });
 
 export interface Partition {
@@ -96,6 +109,11 @@ export function partitionOf(kind: keyof typeof SPAN_MS, id: string): string {
   return partitionName(kind, partitionKeyOf(kind, id));
 }
 
+/** The collection of markers of the superseded records of `kind` (history.ts) beside the one that holds `id`. */
+export function supersededPartitionOf(kind: RecordKind, id: string): string {
+  return partitionOf(supersededKind(kind), id);
+}
+
 /** Where a partition's span begins, ms since the epoch. */
 export function partitionStart(key: string): number {
   return Date.UTC(
@@ -126,7 +144,7 @@ export function partitionName(kind: PartitionKind, key: string): string {
 }
 
 const NAME =
-  /^(history|dlq|delivered_list|dlq_list|merged_list|raw|rawfs|retry|retry_list)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
+  /^(history|dlq|delivered_list|dlq_list|merged_list|raw|rawfs|retry|retry_list|history_superseded|dlq_superseded|retry_superseded)_(\d{8}|\d{10})(\.files|\.chunks)?$/;
 
 /** The partition a collection belongs to; undefined for any other collection. */
 export function parsePartitionName(collection: string): Partition | undefined {

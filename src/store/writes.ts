@@ -9,7 +9,7 @@ import { applyOwnerWrites, type OwnerWrite, removeAsOwners } from './fencing.ts'
 import { isDuplicateKey } from './ids.ts';
 import { appendEntries, appendEntriesOf, type ListingEntry } from './listing.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
-import { parsePartitionName, partitionOf, type RecordKind } from './partitions.ts';
+import { parsePartitionName, partitionOf, type RecordKind, supersededPartitionOf } from './partitions.ts';
 import type { Archived, ArchivedRecord, IntakeRecord } from './records.ts';
 
 /** A connection's batched writes; each resolves its own write's outcome. */
@@ -35,6 +35,8 @@ export interface StoreWrites {
   readonly removals: Batcher<Ownership, boolean>;
   /** records taken out of their partitions by exact `_id` (a claimed parked message, a replay: history.ts) */
   readonly recordRemovals: BatcherPerName<string, undefined>;
+  /** with the profile's `supersedeRecords`, the markers of records taken out, instead (history.ts) */
+  readonly markerInserts: BatcherPerName<{ _id: string }, Error | undefined>;
   /** listing entries appended alone (the removals that hide a taken-out record: listing.ts), per listing partition */
   readonly entryAppends: BatcherPerName<ListingEntry, undefined>;
 }
@@ -57,9 +59,11 @@ export async function storeRawDocuments(connection: Connection, docs: RawDocumen
  * listing partition, usually one). The raw bytes some of them carry go first: a record is never
  * stored without its bytes. The entries go before the records because a lookup by id shows the
  * record as soon as it is stored (it is the newest copy): a listing must not lag behind it. A
- * record already there (an archive re-run after a crash) is replaced. A failure fails the whole
- * batch: it is retried, and records already stored are then replaced (an entry written twice is
- * harmless: the highest version counts).
+ * record already there (an archive re-run after a crash, one superseded and left in place) is
+ * replaced, and then its marker deleted: in between it is passed by as superseded, while the copy
+ * it came from is still there to be read, and a pointer to it is written only after. A failure
+ * fails the whole batch: it is retried, and records already stored are then replaced (an entry
+ * written twice is harmless: the highest version counts).
  */
 async function storeRecords(
   connection: Connection,
@@ -68,9 +72,10 @@ async function storeRecords(
 ): Promise<Array<Error | undefined>> {
   const raws = batch.flatMap((archived) => (archived.raw ? [archived.raw] : []));
   if (raws.length > 0) await storeRawDocuments(connection, raws);
+  const kind = parsePartitionName(name)!.kind as RecordKind;
   await appendEntriesOf(
     connection,
-    parsePartitionName(name)!.kind as RecordKind,
+    kind,
     batch.map((archived) => archived.entry),
   );
   connection.partitions.note(name);
@@ -83,6 +88,10 @@ async function storeRecords(
     if (!outcome || !isDuplicateKey(outcome)) continue;
     const { record } = batch[i]!;
     await collection.replaceOne({ _id: record._id }, record, { writeConcern: DURABLE });
+    if (connection.profile.supersedeRecords)
+      await connection.db
+        .collection<{ _id: string }>(supersededPartitionOf(kind, record._id))
+        .deleteOne({ _id: record._id }, { writeConcern: DURABLE });
     outcomes[i] = undefined;
   }
   return outcomes;
@@ -183,6 +192,17 @@ export function buildWrites(connection: Connection): StoreWrites {
               { ordered: false, writeConcern: DURABLE },
             );
             return ids.map(() => undefined);
+          },
+        }),
+    ),
+    markerInserts: new BatcherPerName<{ _id: string }, Error | undefined>(
+      (name) =>
+        new Batcher({
+          maxInFlight: 1,
+          maxBatch: RECORD_BATCH_MAX,
+          flush: (markers) => {
+            connection.partitions.note(name);
+            return insertEach(connection.db.collection<{ _id: string }>(name), markers);
           },
         }),
     ),

@@ -145,10 +145,13 @@ test('a final message leaves the working set for its day, and is still read by i
   t.is(await raw.text(), message);
 
   // a replay takes the dead-lettered record back into the working set, and out of its partition
+  // (where the profile supersedes records, left in place beside its marker)
   receiver.on('/dead', { status: 204 });
   t.is((await api.post(`/messages/${dead}/retry`, {})).status, 202);
   await waitForState(api, dead, ['delivered']);
-  t.is(await dlqDay.countDocuments({ _id: dead }), 0);
+  const markers = store.db.collection<{ _id: string }>(partitionOf('dlq_superseded', dead));
+  t.is(await dlqDay.countDocuments({ _id: dead }), store.profile.supersedeRecords ? 1 : 0);
+  t.is(await markers.countDocuments({ _id: dead }), store.profile.supersedeRecords ? 1 : 0);
   t.is(
     (await store.db.collection<MessageDoc>(partitionOf('history', dead)).findOne({ _id: dead }))?.state,
     'delivered',
@@ -280,6 +283,48 @@ test.serial(
   },
 );
 
+// Where the profile supersedes records (FerretDB's), a past day of parked records stays while one of
+// them is live, and goes, markers and listing with it, once all are superseded.
+if (testProfile() === 'auto' || testProfile().startsWith('ferretdb'))
+  test.serial(
+    'retention keeps a past day of parked records while one is live, not for superseded ones',
+    async (t) => {
+      const { store } = await openTestDatabase('retention_parked');
+      t.teardown(async () => {
+        await store.db.dropDatabase().catch(() => {});
+        await store.close();
+      });
+      t.true(store.profile.supersedeRecords);
+      const now = Date.parse('2026-03-01T12:30:00Z');
+      const live = idAt('m', now - 40 * DAY, 1);
+      const supersededSameDay = idAt('m', now - 40 * DAY, 2);
+      const supersededOnly = idAt('m', now - 35 * DAY, 3);
+      await insertRecords(
+        store,
+        [live, supersededSameDay, supersededOnly].map((id) => record(id, 'failed')),
+      );
+      for (const id of [supersededSameDay, supersededOnly])
+        await store.db
+          .collection<{ _id: string }>(partitionOf('retry_superseded', id))
+          .insertOne({ _id: id });
+      await store.partitions.list({ fresh: true });
+
+      const report = await defaultHousekeeping(store, now).runOnce();
+      const names = await collectionNames(store);
+      for (const kind of ['retry', 'retry_list', 'retry_superseded'] as const) {
+        t.true(names.has(partitionOf(kind, live)), `${kind} of the day with a live record kept`);
+        t.true(report.kept.includes(partitionOf(kind, live)), report.kept.join());
+        t.false(
+          names.has(partitionOf(kind, supersededOnly)),
+          `${kind} of the day of superseded ones dropped`,
+        );
+        t.true(report.dropped.includes(partitionOf(kind, supersededOnly)), report.dropped.join());
+      }
+      t.like(await getMessage(store, live), { state: 'failed' });
+      t.is(await getMessage(store, supersededSameDay), null, 'a superseded record is not found by id');
+    },
+  );
+
 test.serial(
   'retention drops exactly the days past its settings, never what is in flight; raw past it is 410',
   async (t) => {
@@ -340,53 +385,55 @@ test.serial(
   },
 );
 
-test.serial(
-  'a database of the layout before (3) becomes 4 as it is: every message stays readable, bytes included',
-  async (t) => {
-    const api: RunningApi = await startApi({ label: 'layout3' });
-    t.teardown(() => api.close());
-    const client = api.client.for(t);
-    const now = Date.now();
-    // final records over two days (delivered and dead letters, their bytes in their days' raw
-    // partitions), and one message in flight, as layout 3 keeps them
-    const finals = Array.from({ length: 8 }, (_, n) =>
-      record(idAt('m', now - (8 - n) * 5 * 3_600_000, n), n % 3 === 0 ? 'dlq' : 'delivered'),
-    );
-    const inFlight: MessageDoc = {
-      ...record(idAt('m', now - 60_000, 20), 'failed'),
-      due_at: new Date(now + 3_600_000),
-      scheduled: true,
-    };
-    const bodies = new Map<string, string>();
-    for (const doc of [...finals, inFlight]) bodies.set(doc._id, `Subject: ${doc._id}\r\n\r\nbody\r\n`);
-    await insertRawMany(
-      api.store,
-      [...bodies].map(([id, body]) => ({ id, bytes: Buffer.from(body) })),
-    );
-    await insertRecords(api.store, finals);
-    await api.store.messages.insertOne(inFlight);
-    await api.store.db
-      .collection<{ _id: string; version: number }>('meta')
-      .replaceOne({ _id: 'layout' }, { version: 3 }, { upsert: true });
+for (const before of [3, 4]) {
+  test.serial(
+    `a database of an earlier layout (${before}) becomes ${LAYOUT_VERSION} as it is: every message stays readable, bytes included`,
+    async (t) => {
+      const api: RunningApi = await startApi({ label: `layout${before}` });
+      t.teardown(() => api.close());
+      const client = api.client.for(t);
+      const now = Date.now();
+      // final records over two days (delivered and dead letters, their bytes in their days' raw
+      // partitions), and one message in flight, as layout 3 keeps them
+      const finals = Array.from({ length: 8 }, (_, n) =>
+        record(idAt('m', now - (8 - n) * 5 * 3_600_000, n), n % 3 === 0 ? 'dlq' : 'delivered'),
+      );
+      const inFlight: MessageDoc = {
+        ...record(idAt('m', now - 60_000, 20), 'failed'),
+        due_at: new Date(now + 3_600_000),
+        scheduled: true,
+      };
+      const bodies = new Map<string, string>();
+      for (const doc of [...finals, inFlight]) bodies.set(doc._id, `Subject: ${doc._id}\r\n\r\nbody\r\n`);
+      await insertRawMany(
+        api.store,
+        [...bodies].map(([id, body]) => ({ id, bytes: Buffer.from(body) })),
+      );
+      await insertRecords(api.store, finals);
+      await api.store.messages.insertOne(inFlight);
+      await api.store.db
+        .collection<{ _id: string; version: number }>('meta')
+        .replaceOne({ _id: 'layout' }, { version: before }, { upsert: true });
 
-    t.is(await ensureLayout(api.store), 3);
-    t.like(await api.store.db.collection<{ _id: string }>('meta').findOne({ _id: 'layout' }), {
-      version: LAYOUT_VERSION,
-    });
-    const all = [...finals, inFlight];
-    t.deepEqual(
-      (await client.get<MessageView[]>('/messages?limit=50')).body.map((m) => `${m.id} ${m.state}`),
-      all
-        .map((d) => `${d._id} ${d.state}`)
-        .sort()
-        .reverse(),
-    );
-    for (const doc of all) {
-      t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state);
-      t.is(await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(), bodies.get(doc._id) ?? '');
-    }
-  },
-);
+      t.is(await ensureLayout(api.store), before);
+      t.like(await api.store.db.collection<{ _id: string }>('meta').findOne({ _id: 'layout' }), {
+        version: LAYOUT_VERSION,
+      });
+      const all = [...finals, inFlight];
+      t.deepEqual(
+        (await client.get<MessageView[]>('/messages?limit=50')).body.map((m) => `${m.id} ${m.state}`),
+        all
+          .map((d) => `${d._id} ${d.state}`)
+          .sort()
+          .reverse(),
+      );
+      for (const doc of all) {
+        t.is((await client.get<{ state: string }>(`/messages/${doc._id}`)).body.state, doc.state);
+        t.is(await (await fetch(`${api.baseUrl}/messages/${doc._id}/raw`)).text(), bodies.get(doc._id) ?? '');
+      }
+    },
+  );
+}
 
 test.serial(
   'a database that still holds what an earlier layout wrote is refused, saying what to do, and left as it was',

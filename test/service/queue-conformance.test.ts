@@ -15,12 +15,13 @@ import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { intakeSpanMs } from '../../src/store/intake.ts';
 import type { Store } from '../../src/store/mongo.ts';
-import { partitionOf } from '../../src/store/partitions.ts';
+import { partitionOf, type RecordKind, supersededKind } from '../../src/store/partitions.ts';
 import type { ProfileName } from '../../src/store/profile.ts';
 import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
 import * as queue from '../../src/store/queue.ts';
 import { readRaw } from '../../src/store/raw.ts';
 import { getMessage, listMessages } from '../../src/store/read-model.ts';
+import { type ArchivedRecord, unpackRecord } from '../../src/store/records.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 
@@ -51,6 +52,32 @@ async function openProfile(t: { teardown: (fn: () => Promise<void>) => void }, p
   return store;
 }
 
+/** Where a record of `kind` is: in its partition (live, or left there marked superseded) or gone. */
+async function recordState(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+): Promise<'live' | 'superseded' | 'gone'> {
+  const record = await store.db.collection(partitionOf(kind, id)).findOne({ _id: id as never });
+  const marker = await store.db
+    .collection(partitionOf(supersededKind(kind), id))
+    .findOne({ _id: id as never });
+  return !record ? 'gone' : marker ? 'superseded' : 'live';
+}
+
+/** Its owner finds a queued message unparseable: dead-lettered, final. */
+async function deadLetter(owned: OwnedMessage, error: string): Promise<void> {
+  const step = messageStep('queued', 'unparseable', new Date(), error);
+  await owned.write({
+    set: { state: step.state, error },
+    unset: ['due_at', 'lease_owner'],
+    history: [step.entry],
+  });
+}
+
+/** Messages in flight, as the gauges count them (each profile counts a partition its way). */
+const inFlight = (counts: MessageCounts) => Object.values(counts.workingSet).reduce((sum, n) => sum + n, 0);
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -70,6 +97,8 @@ async function claimWhenDue(
       for (const pointer of await queue.readRetryBucket(store, name)) {
         if (pointer.message !== id || pointer.due_at.getTime() > now) continue;
         const claim = await queue.claim(store, pointer, owner, leaseMs, claims);
+        // an earlier pointer of a message parked again is handled: its newer one may follow
+        if (claim.outcome === 'handled') continue;
         return claim.outcome === 'claimed' ? claim.doc : undefined;
       }
     return undefined;
@@ -126,8 +155,6 @@ for (const profile of PROFILES) {
       [doc._id],
     );
     // counted in flight while it waits, as the gauges count (each profile counts a partition its way)
-    const inFlight = (counts: MessageCounts) =>
-      Object.values(counts.workingSet).reduce((sum, n) => sum + n, 0);
     const waitingCounts = await countMessages(store);
     t.is(inFlight(waitingCounts), 1);
     t.is(waitingCounts.dlq, 0);
@@ -159,15 +186,20 @@ for (const profile of PROFILES) {
         ['owner-b'],
       );
     } else t.like(await store.messages.findOne({ _id: doc._id }), { lease_owner: 'owner-b' });
+    if (store.profile.parkRetries) {
+      // its parked record is taken out: left in place beside its marker where the profile
+      // supersedes records, deleted where it does not; counted once either way
+      t.is(
+        await recordState(store, 'retry', doc._id),
+        store.profile.supersedeRecords ? 'superseded' : 'gone',
+      );
+      t.is((await countMessages(store)).workingSet.failed, 0);
+      t.is(inFlight(await countMessages(store)), 1);
+    }
 
     // the claimant finishes it (not MIME: dlq); the working set forgets it
     const mine = new OwnedMessage(store, claimed!, claims);
-    const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
-    await mine.write({
-      set: { state: step.state, error: 'not MIME' },
-      unset: ['due_at', 'lease_owner'],
-      history: [step.entry],
-    });
+    await deadLetter(mine, 'not MIME');
     t.is(await store.messages.findOne({ _id: doc._id }), null);
     const final = await getMessage(store, doc._id);
     t.deepEqual(await readRaw(store, final!), bytes, 'final: its bytes in raw_<day>');
@@ -199,6 +231,29 @@ for (const profile of PROFILES) {
     t.like(read, { lease_owner: 'owner-d', state: 'queued', version: final!.version + 1 });
     t.is(read?.history.at(-1)?.detail, 'replay requested');
     t.like(await store.messages.findOne({ _id: doc._id }), { state: 'queued', lease_owner: 'owner-d' });
+    // its dead-lettered record is taken out: no longer counted, and found no more by id
+    t.is(await recordState(store, 'dlq', doc._id), store.profile.supersedeRecords ? 'superseded' : 'gone');
+    t.is((await countMessages(store)).dlq, 0);
+    t.deepEqual(await listMessages(store, { limit: 10, offset: 0, state: 'dlq' }), []);
+
+    // dead-lettered again: its new record replaces the one left in place, which is live again
+    await deadLetter(new OwnedMessage(store, restored!), 'still not MIME');
+    t.is(await store.messages.findOne({ _id: doc._id }), null);
+    t.like(await getMessage(store, doc._id), {
+      state: 'dlq',
+      error: 'still not MIME',
+      version: restored!.version + 1,
+    });
+    const record = await store.db
+      .collection<ArchivedRecord>(partitionOf('dlq', doc._id))
+      .findOne({ _id: doc._id });
+    t.is(record && unpackRecord(record).version, restored!.version + 1, 'the record replaced');
+    t.is(await recordState(store, 'dlq', doc._id), 'live');
+    t.is((await countMessages(store)).dlq, 1);
+    t.deepEqual(
+      (await listMessages(store, { limit: 10, offset: 0, state: 'dlq' })).map((one) => one._id),
+      [doc._id],
+    );
   });
 
   test(`${profile} profile: a message whose owner died is taken over; the dead owner's writes are refused`, async (t) => {
@@ -238,7 +293,7 @@ for (const profile of PROFILES) {
 }
 
 // Where the profile parks: a replay takes the parked message back at the next epoch, and its
-// lease says so. A record left behind (as a crash between the restore and the record's removal
+// lease says so. A record left behind (as a crash between the restore and the record's take-out
 // leaves it) must not bring back, when its pointer comes due, a message that has gone on to final.
 test('ferretdb profile: a parked message replayed to its end is never claimed again by its old pointer', async (t) => {
   const store = await openProfile(t, 'ferretdb');
@@ -268,15 +323,14 @@ test('ferretdb profile: a parked message replayed to its end is never claimed ag
     1,
     'its lease taken',
   );
-  while (await retry.findOne({ _id: doc._id })) await sleep(50);
-  await retry.insertOne(left!);
+  // where the profile supersedes records the take-out is a marker, and a lost one leaves none
+  const markers = store.db.collection<{ _id: string }>(partitionOf('retry_superseded', doc._id));
+  t.true(store.profile.supersedeRecords);
+  t.truthy(await markers.findOne({ _id: doc._id }), 'taken out: superseded');
+  await markers.deleteOne({ _id: doc._id });
+  t.truthy(await retry.findOne({ _id: doc._id }), left!._id);
   // the replay goes on to its end (not MIME: dlq) and leaves the working set
-  const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
-  await new OwnedMessage(store, restored!).write({
-    set: { state: step.state, error: 'not MIME' },
-    unset: ['due_at', 'lease_owner'],
-    history: [step.entry],
-  });
+  await deadLetter(new OwnedMessage(store, restored!), 'not MIME');
   t.is(await store.messages.findOne({ _id: doc._id }), null);
 
   await sleep(dueAt.getTime() - Date.now() + 50);
@@ -285,6 +339,20 @@ test('ferretdb profile: a parked message replayed to its end is never claimed ag
   t.like(await getMessage(store, doc._id), { state: 'dlq', lease_owner: undefined });
 });
 
+/** Message `n` accepted by owner-a into its intake and parked (a parse failure), returned once due. */
+async function acceptAndPark(store: Store, n: number, dueInMs: number): Promise<AcceptedMessage> {
+  const intake = new queue.Intake(store, 'owner-a', 5000);
+  const doc = acceptedDoc(n, 'owner-a', 5000);
+  await queue.accept(store, doc, intake);
+  const dueAt = new Date(Date.now() + dueInMs);
+  await new OwnedMessage(store, doc, intake).write({
+    set: { parse_failures: 1, due_at: dueAt },
+    unset: ['lease_owner'],
+  });
+  await sleep(dueAt.getTime() - Date.now() + 50);
+  return doc;
+}
+
 // A claimant that died holding parked messages it claimed into its intake of claims: they are taken
 // over as an accepted message of a dead acceptor is, at the next epoch, and the dead claimant's
 // writes are refused.
@@ -292,15 +360,7 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   test(`${profile} profile: a parked message whose claimant died is taken over from its intake of claims`, async (t) => {
     const store = await openProfile(t, profile);
     const leaseMs = 800;
-    const intake = new queue.Intake(store, 'owner-a', 5000);
-    const doc = acceptedDoc(4, 'owner-a', 5000);
-    await queue.accept(store, doc, intake);
-    const dueAt = new Date(Date.now() + 1500);
-    await new OwnedMessage(store, doc, intake).write({
-      set: { parse_failures: 1, due_at: dueAt },
-      unset: ['lease_owner'],
-    });
-    await sleep(dueAt.getTime() - Date.now() + 50);
+    const doc = await acceptAndPark(store, 4, 1500);
     const claims = new queue.Intake(store, 'owner-b', leaseMs, 'claims');
     const claimed = await claimWhenDue(store, doc._id, 'owner-b', claims, leaseMs);
     t.like(claimed, { lease_owner: 'owner-b' });
@@ -314,5 +374,50 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     const late = new OwnedMessage(store, claimed!, claims);
     await t.throwsAsync(late.write({ set: { parse_failures: 2 } }), { instanceOf: OwnershipLost });
     t.like(await getMessage(store, doc._id), { lease_owner: 'owner-c', parse_failures: 1 });
+  });
+}
+
+// Where the profile supersedes records: a claimed message parked again replaces its superseded
+// record, which is live again (counted, and claimed by its new pointer), while the old pointer,
+// read again, claims nothing.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a claimed message parked again is counted once and claimed by its new pointer only`, async (t) => {
+    const store = await openProfile(t, profile);
+    t.true(store.profile.supersedeRecords);
+    const doc = await acceptAndPark(store, 5, 1500);
+    const claims = new queue.Intake(store, 'owner-b', 5000, 'claims');
+    const [firstPointer] = (
+      await Promise.all(
+        (await queue.dueRetryBuckets(store, Date.now())).map((name) => queue.readRetryBucket(store, name)),
+      )
+    ).flat();
+    t.is(firstPointer?.message, doc._id);
+    const claim = await queue.claim(store, firstPointer!, 'owner-b', 5000, claims);
+    t.is(claim.outcome, 'claimed');
+    const claimed = claim.outcome === 'claimed' ? claim.doc : undefined;
+    t.is(await recordState(store, 'retry', doc._id), 'superseded');
+
+    // parked again by its claimant
+    const secondDue = new Date(Date.now() + 1500);
+    await new OwnedMessage(store, claimed!, claims).write({
+      set: { parse_failures: 2, due_at: secondDue },
+      unset: ['lease_owner'],
+    });
+    t.is(await recordState(store, 'retry', doc._id), 'live');
+    const counts = await countMessages(store);
+    t.is(counts.workingSet.failed + counts.workingSet.queued, 1, 'counted once');
+    t.like(await getMessage(store, doc._id), { parse_failures: 2 });
+    t.deepEqual(
+      (await listMessages(store, { limit: 10, offset: 0 })).map((one) => one._id),
+      [doc._id],
+    );
+    const oldAgain = await queue.claim(store, firstPointer!, 'owner-c', 5000);
+    t.is(oldAgain.outcome, 'handled', 'the old pointer claims nothing');
+
+    await sleep(secondDue.getTime() - Date.now() + 50);
+    const second = await claimWhenDue(store, doc._id, 'owner-c');
+    t.like(second, { lease_owner: 'owner-c', parse_failures: 2 });
+    t.is(await recordState(store, 'retry', doc._id), 'superseded');
+    t.is(inFlight(await countMessages(store)), 1);
   });
 }
