@@ -24,6 +24,7 @@ import { getMessage, listMessages } from '../../src/store/read-model.ts';
 import { type ArchivedRecord, unpackRecord } from '../../src/store/records.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
+import { waitUntil } from '../_support/wait.ts';
 
 // ferretdb-postgresql is FerretDB's layout with writes side by side (no write gate): the same story
 // must hold without the gate's order
@@ -404,8 +405,13 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
       unset: ['lease_owner'],
     });
     t.is(await recordState(store, 'retry', doc._id), 'live');
-    const counts = await countMessages(store);
-    t.is(counts.workingSet.failed + counts.workingSet.queued, 1, 'counted once');
+    // its copy in the intake of claims counts until its departure there lands (CI once counted 2)
+    const once = async () => {
+      const counts = await countMessages(store);
+      return counts.workingSet.failed + counts.workingSet.queued;
+    };
+    await waitUntil(async () => (await once()) === 1, 'the message counted once').catch(() => {});
+    t.is(await once(), 1, 'counted once');
     t.like(await getMessage(store, doc._id), { parse_failures: 2 });
     t.deepEqual(
       (await listMessages(store, { limit: 10, offset: 0 })).map((one) => one._id),
