@@ -103,23 +103,18 @@ async function unpack(set: EntrySet): Promise<ListingEntry[]> {
 }
 
 /**
- * One entry set as a reader uses it: its entries newest first, and each id's highest version in it
- * (which tells whether an entry of another set is superseded). A set never changes (a merge writes
- * a new one), so each process decodes and sorts it once.
+ * One entry set as a reader uses it: its entries newest first, an id's highest version first. A set
+ * never changes (a merge writes a new one), so each process decodes and sorts it once.
  */
 interface DecodedSet {
   newestFirst: readonly ListingEntry[];
-  versions: ReadonlyMap<string, number>;
 }
 
 function decodedSet(entries: ListingEntry[]): DecodedSet {
-  const versions = new Map<string, number>();
-  for (const entry of entries)
-    if ((versions.get(entry._id) ?? -1) < entry.version) versions.set(entry._id, entry.version);
   const newestFirst = entries.sort((a, b) =>
     a._id < b._id ? 1 : a._id > b._id ? -1 : b.version - a.version,
   );
-  return { newestFirst, versions };
+  return { newestFirst };
 }
 
 /**
@@ -291,7 +286,13 @@ function startAfter(newestFirst: readonly ListingEntry[], before: string | undef
   return start;
 }
 
-/** The sets' entries merged newest first, current ones only, until `want` are taken. */
+/**
+ * The sets' entries merged newest first, current ones only, until `want` are taken: a k-way merge
+ * over a heap of the sets by their next id, taking all of an id's entries at once and keeping its
+ * highest version (a removal where versions tie). Each entry walked costs the log of the sets: a
+ * page walks past every removed entry newer than its last one (a bulk replay removes a thousand
+ * per call), and a search of every set per entry made that cost grow with the square of them.
+ */
 function walk(
   sets: readonly DecodedSet[],
   want: number,
@@ -299,28 +300,80 @@ function walk(
   before: string | undefined,
 ): MessageSummary[] {
   const at = sets.map((set) => startAfter(set.newestFirst, before));
-  const highest = (id: string) => {
-    let version = -1;
-    for (const set of sets) version = Math.max(version, set.versions.get(id) ?? -1);
-    return version;
-  };
+  const nextId = (set: number) => sets[set]!.newestFirst[at[set]!]!._id;
+  const heap = new SetHeap(nextId);
+  for (let set = 0; set < sets.length; set++) if (at[set]! < sets[set]!.newestFirst.length) heap.push(set);
   const found: MessageSummary[] = [];
-  let last: string | undefined;
-  while (found.length < want) {
-    let pick = -1;
-    for (let i = 0; i < sets.length; i++) {
-      const entry = sets[i]!.newestFirst[at[i]!];
-      if (entry && (pick === -1 || entry._id > sets[pick]!.newestFirst[at[pick]!]!._id)) pick = i;
+  while (found.length < want && heap.size > 0) {
+    const id = nextId(heap.top);
+    let current: ListingEntry | undefined;
+    while (heap.size > 0 && nextId(heap.top) === id) {
+      const set = heap.pop();
+      const entries = sets[set]!.newestFirst;
+      const entry = entries[at[set]!]!;
+      if (!current || entry.version > current.version || (entry.version === current.version && entry.removed))
+        current = entry;
+      while (at[set]! < entries.length && entries[at[set]!]!._id === id) at[set]!++;
+      if (at[set]! < entries.length) heap.push(set);
     }
-    if (pick === -1) break;
-    const entry = sets[pick]!.newestFirst[at[pick]!++]!;
-    // an id seen already (its other entries come right after it), removed, or superseded elsewhere
-    if (entry._id === last) continue;
-    if (entry.version !== highest(entry._id)) continue;
-    last = entry._id;
-    if (entry.removed === undefined && matches(entry)) found.push(entry);
+    if (current!.removed === undefined && matches(current!)) found.push(current!);
   }
   return found;
+}
+
+/** A binary heap of set indexes, the one whose next id is newest on top. */
+class SetHeap {
+  readonly #sets: number[] = [];
+  readonly #nextId: (set: number) => string;
+
+  constructor(nextId: (set: number) => string) {
+    this.#nextId = nextId;
+  }
+
+  get size(): number {
+    return this.#sets.length;
+  }
+
+  get top(): number {
+    return this.#sets[0]!;
+  }
+
+  push(set: number): void {
+    const sets = this.#sets;
+    sets.push(set);
+    for (let child = sets.length - 1; child > 0; ) {
+      const parent = (child - 1) >> 1;
+      if (!this.#above(child, parent)) break;
+      this.#swap(child, parent);
+      child = parent;
+    }
+  }
+
+  pop(): number {
+    const sets = this.#sets;
+    const top = sets[0]!;
+    const last = sets.pop()!;
+    if (sets.length === 0) return top;
+    sets[0] = last;
+    for (let parent = 0; ; ) {
+      const left = 2 * parent + 1;
+      let newest = parent;
+      if (left < sets.length && this.#above(left, newest)) newest = left;
+      if (left + 1 < sets.length && this.#above(left + 1, newest)) newest = left + 1;
+      if (newest === parent) return top;
+      this.#swap(parent, newest);
+      parent = newest;
+    }
+  }
+
+  #above(a: number, b: number): boolean {
+    return this.#nextId(this.#sets[a]!) > this.#nextId(this.#sets[b]!);
+  }
+
+  #swap(a: number, b: number): void {
+    const sets = this.#sets;
+    [sets[a], sets[b]] = [sets[b]!, sets[a]!];
+  }
 }
 
 /** A set's entries: its own, or, for a pointer, those of its merged set (undefined: gone meanwhile). */
