@@ -255,7 +255,7 @@ async function outageCase(
     });
     await down.setStatus(503);
     // a failure here keeps the figures of steps 1 to 4, with the replay's error
-    const replayed = await replayDeadLetters(h, running, down, size).catch((err: Error) => {
+    const replayed = await replayDeadLetters(h, running, down, size, database.pids).catch((err: Error) => {
       h.log(
         `outage ${backend} ${profile} ${size}: step 5 failed: ${err.stack ?? err.message}\nthe service's processes: ${running ? aliveness(running) : '-'}\nits last output:\n${running?.service.output().slice(-8000)}`,
       );
@@ -436,7 +436,13 @@ async function buildBacklog(h: OutageHarness, running: RunningService, down: Sin
  * of 1,000 per call, until a call matches none: messages per second from the first call to the
  * last delivery, and the calls' own time.
  */
-async function replayDeadLetters(h: OutageHarness, running: RunningService, down: Sink, size: number) {
+async function replayDeadLetters(
+  h: OutageHarness,
+  running: RunningService,
+  down: Sink,
+  size: number,
+  databasePids: () => number[],
+) {
   await h.runSmtpSource(h.tools, running.service.smtpPort, {
     ...OUTAGE.load,
     total: size,
@@ -452,6 +458,7 @@ async function replayDeadLetters(h: OutageHarness, running: RunningService, down
   await down.take();
   await down.setStatus(200);
   const startedAt = now();
+  const busy = busyMeter({ service: running.pids, database: databasePids });
   let calls = 0;
   let requeued = 0;
   let longestCallMs = 0;
@@ -476,6 +483,7 @@ async function replayDeadLetters(h: OutageHarness, running: RunningService, down
   }
   const callsSeconds = (now() - startedAt) / 1000;
   await h.awaitDeliveries(down, requeued, OUTAGE.quietMs, 600_000 + size * 100);
+  const busyCores = busy();
   const arrivals = await down.take();
   const first = new Map<number, number>();
   for (const [seq, at] of arrivals) if (!first.has(seq) || first.get(seq)! > at) first.set(seq, at);
@@ -491,6 +499,7 @@ async function replayDeadLetters(h: OutageHarness, running: RunningService, down
     longestCallSeconds: round(longestCallMs / 1000),
     seconds: round(seconds),
     perSecond: first.size && seconds > 0 ? round(first.size / seconds) : 0,
+    busyCores,
   };
 }
 
@@ -681,17 +690,18 @@ export function renderOutage(results: Record<string, unknown>): string {
       ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (the case's own processes count: FerretDB over PostgreSQL keeps PostgreSQL busy too); the ratios compare figures of the same case, minutes apart.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
     '',
-    '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog: first, after the drain | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s, longest call s) | replay / fresh (target ≥ 0.5) |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog: first, after the drain | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s, longest call s) | replay / fresh (target ≥ 0.5) | cores busy in the replay: service, database |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   const replayCells = (c: Case): string => {
     const r = c.replay;
-    if (!r) return '- | -';
-    if ('error' in r) return `failed: ${r.error} | -`;
+    if (!r) return '- | - | -';
+    if ('error' in r) return `failed: ${r.error} | - | -`;
     const delivered = r.delivered < r.deadLettered ? `, ${r.delivered}/${r.deadLettered} delivered` : '';
     const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog;
     const longest = 'longestCallSeconds' in r ? `, longest ${r.longestCallSeconds}` : '';
-    return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${shown(c.replayRatio)} ${verdict(c, met)}`;
+    const busy = 'busyCores' in r && r.busyCores ? `${r.busyCores.service}, ${r.busyCores.database}` : '-';
+    return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${shown(c.replayRatio)} ${verdict(c, met)} | ${busy}`;
   };
   for (const c of cases) {
     if (c.error) {
