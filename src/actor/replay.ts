@@ -2,9 +2,10 @@
 // only while its raw bytes are kept (it is parsed again), and owned by this process, from the
 // working set (a failed message) or from its history partition (a final one).
 import { canReplay } from '../lifecycle/lifecycle.ts';
+import type { MessageStateName } from '../lifecycle/tables.ts';
 import type { MessageDoc, ReplayTarget, Store } from '../store/queue.ts';
 import * as queue from '../store/queue.ts';
-import { locateMessage } from '../store/read-model.ts';
+import { findDeadLetter, locateMessage } from '../store/read-model.ts';
 import { applyChange } from './change.ts';
 import { decideReplay } from './decisions.ts';
 
@@ -28,19 +29,26 @@ export async function takeForReplay(
     drives: (id: string) => boolean;
     /** resolves once this process's actor of the message (if any) has finished */
     finished: (id: string) => Promise<void>;
+    /** where a restored message goes, where the profile has intakes (queue.restore) */
+    claims?: queue.Intake;
   },
   to: ReplayTarget | undefined,
+  /** the state a listing showed it in (a bulk replay): a dead letter is read from its record alone */
+  listed?: MessageStateName,
 ): Promise<
   | { outcome: Exclude<ReplayOutcome, 'ok'> }
   | {
       outcome: 'ok';
       doc: MessageDoc;
+      /** the intake of claims it was restored into, if any */
+      intake?: queue.Intake;
       raw: Uint8Array | undefined;
       /** whether the replay's first write is in the document (restored), or is the owner's to make (taken over) */
       written: boolean;
     }
 > {
-  let found = await locateMessage(store, id);
+  const listedDead = listed === 'dlq' && !owner.drives(id) ? await findDeadLetter(store, id) : null;
+  let found = listedDead ?? (await locateMessage(store, id));
   if (!found) return { outcome: 'not_found' };
   // final, and this process's actor is still moving it out of the working set: that ends shortly
   if (!found.inFlight && owner.drives(id)) {
@@ -59,9 +67,15 @@ export async function takeForReplay(
     // the replay's first write goes with the restore's insert: one write instead of two, and a
     // process that dies before its next write leaves the message queued, not dead-lettered again
     const replayed = (restored: MessageDoc) => applyChange(restored, decideReplay(restored, new Date(), to));
-    const restored = await queue.restore(store, doc, owner.name, owner.leaseMs, replayed);
+    const restored = await queue.restore(store, doc, owner.name, owner.leaseMs, {
+      change: replayed,
+      claims: owner.claims,
+      nextEpochOnly: listedDead !== null,
+    });
+    // read alone, the record is not proven the latest copy: looked up whole, as any replay is
+    if (restored === 'unproven') return takeForReplay(store, id, owner, to);
     // another replay or claim took it in between: it is being worked on, so not replayable now
-    return restored ? { outcome: 'ok', doc: restored, raw, written: true } : { outcome: 'invalid_state' };
+    return restored ? { outcome: 'ok', ...restored, raw, written: true } : { outcome: 'invalid_state' };
   }
   const claimed = await queue.takeOver(store, id, doc.lease_epoch, owner.name, owner.leaseMs);
   // someone else took it in between: it is being worked on, so not replayable now

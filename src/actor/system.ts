@@ -5,6 +5,7 @@
 // Taking a message back for a replay is in replay.ts, the 451 clean-up in abandoned.ts.
 import { randomBytes } from 'node:crypto';
 import os from 'node:os';
+import type { MessageStateName } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { metrics } from '../metrics/metrics.ts';
@@ -188,7 +189,7 @@ export class ActorSystem {
   }
 
   /** Re-queues a message in dlq or failed for a new round of attempts, and drives it here. */
-  async replay(id: string, to?: ReplayTarget): Promise<ReplayOutcome> {
+  async replay(id: string, to?: ReplayTarget, listed?: MessageStateName): Promise<ReplayOutcome> {
     const taken = await takeForReplay(
       this.options.store,
       id,
@@ -197,11 +198,13 @@ export class ActorSystem {
         leaseMs: this.options.leaseMs,
         drives: (other) => this.running.has(other),
         finished: (other) => this.finished(other, REPLAY_WAIT_MS),
+        claims: this.claims,
       },
       to,
+      listed,
     );
     if (taken.outcome !== 'ok') return taken.outcome;
-    const actor = new MessageActor(this.deps, taken.doc);
+    const actor = new MessageActor(this.deps, taken.doc, taken.intake);
     if (!taken.written) await actor.replay(to);
     this.track(actor, actor.run(taken.raw));
     return 'ok';

@@ -14,6 +14,7 @@ import Fastify, {
 import type { ReplayOutcome } from '../actor/replay.ts';
 import type { Config } from '../config/schema.ts';
 import { ServiceError } from '../errors/catalog.ts';
+import type { MessageStateName } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { LogThrottle } from '../log/throttle.ts';
@@ -59,8 +60,11 @@ export interface AppDeps {
    * dropped on every change the API makes.
    */
   directory?: RouteDirectory;
-  /** replays a message in dlq or failed (the pipeline provides it) */
-  replay?: (id: string, to?: ReplayTarget) => Promise<ReplayOutcome>;
+  /**
+   * replays a message in dlq or failed (the pipeline provides it); `listed`: the state a bulk
+   * replay's listing showed it in
+   */
+  replay?: (id: string, to?: ReplayTarget, listed?: MessageStateName) => Promise<ReplayOutcome>;
   /** serves GET /messages/{id}/attachments/{n} (the pipeline provides both) */
   pool?: Pick<Parser, 'attachment'>;
   urlKey?: string;

@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { ReplayOutcome } from '../actor/replay.ts';
 import { ServiceError } from '../errors/catalog.ts';
-import { MESSAGE_STATES } from '../lifecycle/tables.ts';
+import { MESSAGE_STATES, type MessageStateName } from '../lifecycle/tables.ts';
 import { EVENTS } from '../log/events.ts';
 import type { Store } from '../store/mongo.ts';
 import {
@@ -138,7 +138,7 @@ export function toMessageDetail(doc: MessageDoc) {
 
 interface Options {
   store: Store;
-  replay?: ((id: string, to?: ReplayTarget) => Promise<ReplayOutcome>) | undefined;
+  replay?: ((id: string, to?: ReplayTarget, listed?: MessageStateName) => Promise<ReplayOutcome>) | undefined;
 }
 
 export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, replay }) => {
@@ -280,7 +280,7 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
       }
       let requeued = 0;
       await concurrently(found, BULK_REPLAY_CONCURRENCY, async (doc) => {
-        if ((await replay(doc._id, to)) === 'ok') requeued++;
+        if ((await replay(doc._id, to, doc.state)) === 'ok') requeued++;
       });
       // more may be older than the last one looked at, and still in the window: where to go on from
       const last = scanned[scanned.length - 1];

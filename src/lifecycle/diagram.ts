@@ -65,7 +65,7 @@ export function lifecycleDiagram(): string {
 export function placesDiagram(): string {
   return [
     '```',
-    `where a message lives (accept, claim: into ${FIRST_PLACES[0]}; ${FIRST_PLACES[1]} where the profile has no intakes)`,
+    `where a message lives (accept, claim, restore: into ${FIRST_PLACES[0]}; ${FIRST_PLACES[1]} where the profile has no intakes)`,
     ...lines(PLACES, PLACE_TABLE),
     '',
     'who writes it there',

@@ -8,7 +8,7 @@ export type PlaceName = (typeof PLACES)[number];
 /** Who writes a message in each place, and how its writes are fenced. */
 export const PLACE_OWNERS: Readonly<Record<PlaceName, string>> = Object.freeze({
   intake:
-    'the accepting process, epoch 1 from the insert (a claimed message: its claimant, at the epoch of its lease); insert-only (a departure note ends it)',
+    'the accepting process, epoch 1 from the insert (a claimed or restored message: its claimant, at the epoch of its lease); insert-only (a departure note ends it)',
   working_set:
     'the holder of lease <id>:<epoch> (epoch 1: its acceptor); every write matches {_id, lease_epoch, version}',
   parked: 'nobody: the first to insert lease <id>:<epoch+1> when its pointer is due claims it',
@@ -23,7 +23,7 @@ export const MOVES = Object.freeze([
   'park', // released until a retry is due, on a profile that parks (parking.ts)
   'claim', // a parked message whose pointer is due: the next epoch, by a unique lease insert; into the claimant's intake of claims (the working set where the profile has no intakes)
   'finish', // final (delivered or dlq): its record into its day's partition
-  'restore', // an operator's replay: the record (or a parked one) back at the next epoch
+  'restore', // an operator's replay: the record (or a parked one) back at the next epoch, as a claim goes
   'abandon', // answered 451 after all, its insert landed late: removed untouched
 ] as const);
 export type MoveName = (typeof MOVES)[number];
@@ -44,8 +44,8 @@ export const PLACE_TABLE: Table = Object.freeze({
     finish: 'record',
     abandon: 'gone',
   }),
-  parked: Object.freeze({ claim: 'intake', restore: 'working_set' }),
-  record: Object.freeze({ restore: 'working_set' }),
+  parked: Object.freeze({ claim: 'intake', restore: 'intake' }),
+  record: Object.freeze({ restore: 'intake' }),
   gone: Object.freeze({}),
 });
 

@@ -178,7 +178,7 @@ export async function prepareWorkerService({
     store,
     config,
     logger,
-    replay: (id, to) => actors.replay(id, to),
+    replay: (id, to, listed) => actors.replay(id, to, listed),
     pool,
     urlKey,
     budget,

@@ -133,28 +133,63 @@ const FINAL_KINDS: readonly RecordKind[] = ['history', 'dlq'];
 /** the final kinds and, where the profile parks messages, the parked ones (parking.ts) */
 const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
 
+export interface RestoreOptions {
+  /** makes the document that goes in of the record restored (a replay's own first write goes with the insert) */
+  change?: (restored: MessageDoc) => MessageDoc;
+  /**
+   * puts it in: into `messages` unless it says otherwise (the replaying process's intake of claims,
+   * queue.ts); undefined when another copy is there
+   */
+  insert?: (restored: MessageDoc) => Promise<MessageDoc | undefined>;
+  /**
+   * only at the record's next epoch: the record was read alone, and a lease won past an orphaned
+   * one does not prove that nothing moved the message since (reads.ts, findDeadLetter)
+   */
+  nextEpochOnly?: boolean;
+}
+
 /**
- * Puts a final or parked record back into the working set for a replay, owned by `owner` at the
- * next epoch, whose lease it takes first: of replays (or a claim) racing for it, the loser gets
- * undefined. The record left in its partition is then taken out (takeOutRecord; should that fail,
- * when the message is final again). `change` makes the document that goes in of the record restored
- * (a replay's own first write goes with the insert).
+ * Puts a final or parked record back in flight for a replay, owned by `owner` at the next epoch,
+ * whose lease it takes first: of replays (or a claim) racing for it, the loser gets undefined. The
+ * record left in its partition is then taken out (takeOutRecord; should that fail, when the
+ * message is final again). 'unproven': `nextEpochOnly`, and only a later epoch was free.
  */
 export async function restoreRecord(
   store: Store,
   record: MessageDoc,
   owner: string,
   leaseMs: number,
-  change: (restored: MessageDoc) => MessageDoc = (restored) => restored,
-): Promise<MessageDoc | undefined> {
+  options?: RestoreOptions & { nextEpochOnly?: false },
+): Promise<MessageDoc | undefined>;
+export async function restoreRecord(
+  store: Store,
+  record: MessageDoc,
+  owner: string,
+  leaseMs: number,
+  options: RestoreOptions,
+): Promise<MessageDoc | undefined | 'unproven'>;
+export async function restoreRecord(
+  store: Store,
+  record: MessageDoc,
+  owner: string,
+  leaseMs: number,
+  {
+    change = (restored) => restored,
+    insert = (restored) => insertAtEpoch(store, restored),
+    nextEpochOnly = false,
+  }: RestoreOptions = {},
+): Promise<MessageDoc | undefined | 'unproven'> {
   const due = new Date(Date.now() + leaseMs);
   // its epoch's lease, as every move to a new epoch takes one: a claim of a parked record's pointer
   // then knows from its own lease whether anything moved the message since (parking.ts)
   const epoch = await takeLease(store, record._id, record.lease_epoch, owner, due);
   if (epoch === undefined) return undefined;
+  if (nextEpochOnly && epoch !== record.lease_epoch + 1) {
+    await store.leases.deleteOne({ _id: `${record._id}:${epoch}` }).catch(() => {});
+    return 'unproven';
+  }
   // `change` (a replay's first step) leaves the ownership as it is: it is the lease's
-  const doc = await insertAtEpoch(
-    store,
+  const doc = await insert(
     change({
       ...record,
       lease_epoch: epoch,

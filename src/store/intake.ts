@@ -7,11 +7,12 @@
 // waited; dropping a collection costs the same whatever it holds
 // (docs/decisions/0001-intake-collections.md, 0003-separate-intake-database.md).
 //
-// A process also keeps the parked messages it claims (parking.ts) in intakes of their own, of the
-// kind `claims` (`claims_<process number>_<span start>`, a span of claim time, not of acceptance):
-// the same insert-only collections, dropped whole, so that a drained message is never deleted
-// from `messages` (FerretDB runs each such delete as a read and a transaction of its own). Its id
-// does not name such an intake, so readers look in every live one.
+// A process also keeps the parked messages it claims (parking.ts), and the records it restores for
+// a replay (history.ts), in intakes of their own, of the kind `claims` (`claims_<process
+// number>_<span start>`, a span of claim time, not of acceptance): the same insert-only
+// collections, dropped whole, so that a drained or replayed message is never deleted from
+// `messages` (FerretDB runs each such delete as a read and a transaction of its own). Its id does
+// not name such an intake, so readers look in every live one.
 //
 // A message departs its intake when its final record is stored (history.ts), or at its first
 // other write (a retry's release, a lease renewal, a failure): it then moves into `messages` at the

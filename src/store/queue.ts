@@ -5,9 +5,16 @@
 // each move is laid out on a database is the backend profile's (profile.ts). The API reads through
 // read-model.ts.
 import type { UpdateFilter } from 'mongodb';
-import { archiveAsOwner, archiveFromIntake, isArchivable, restoreRecord } from './history.ts';
+import {
+  archiveAsOwner,
+  archiveFromIntake,
+  isArchivable,
+  type RestoreOptions,
+  restoreRecord,
+} from './history.ts';
 import {
   claimFromIntake,
+  claimIntoIntake,
   dropIntake,
   Intake,
   type IntakeEntry,
@@ -197,18 +204,49 @@ export function expireLeases(store: Store, before: Date): Promise<number> {
 
 // ---------- an operator's and the 451's moves ----------
 
+type RestoreMoveOptions = Pick<RestoreOptions, 'change' | 'nextEpochOnly'> & { claims?: Intake | undefined };
+/** A restored message, and the intake of claims it went into, if any. */
+type Restored = { doc: MessageDoc; intake?: Intake };
+
 /**
- * restore: a final or parked record back into the working set at the next epoch, owned by `owner`;
- * `change` makes what goes in of the record as restored (a replay's first step goes with the insert).
+ * restore: a final or parked record back in flight at the next epoch, owned by `owner`: into its
+ * intake of claims (`claims`, where the profile has intakes), or the working set; `change` makes
+ * what goes in of the record as restored (a replay's first step goes with the insert). Undefined
+ * when another replay or claim has it; 'unproven' as restoreRecord says.
  */
-export function restore(
+export async function restore(
   store: Store,
   record: MessageDoc,
   owner: string,
   leaseMs: number,
-  change?: (restored: MessageDoc) => MessageDoc,
-): Promise<MessageDoc | undefined> {
-  return restoreRecord(store, record, owner, leaseMs, change);
+  options?: RestoreMoveOptions & { nextEpochOnly?: false },
+): Promise<Restored | undefined>;
+export async function restore(
+  store: Store,
+  record: MessageDoc,
+  owner: string,
+  leaseMs: number,
+  options: RestoreMoveOptions,
+): Promise<Restored | undefined | 'unproven'>;
+export async function restore(
+  store: Store,
+  record: MessageDoc,
+  owner: string,
+  leaseMs: number,
+  { change, claims, nextEpochOnly }: RestoreMoveOptions = {},
+): Promise<Restored | undefined | 'unproven'> {
+  let intake: Intake | undefined;
+  const intoClaims = async (restored: MessageDoc) => {
+    const entered = await claimIntoIntake(store, claims!, restored);
+    intake = entered?.intake;
+    return entered?.doc;
+  };
+  const doc = await restoreRecord(store, record, owner, leaseMs, {
+    ...(change ? { change } : {}),
+    ...(claims ? { insert: intoClaims } : {}),
+    ...(nextEpochOnly ? { nextEpochOnly } : {}),
+  });
+  return typeof doc === 'object' ? { doc, intake } : doc;
 }
 
 /** abandon: the untouched records of acceptances answered 451 whose inserts landed late. */

@@ -4,4 +4,4 @@ export { isId } from './ids.ts';
 export type { MessageSummary } from './listing.ts';
 export type { MessageDoc, ReplayTarget } from './messages.ts';
 export { openRawStream, readRaw } from './raw.ts';
-export { getMessage, listMessages, locateMessage, type MessageQuery } from './reads.ts';
+export { findDeadLetter, getMessage, listMessages, locateMessage, type MessageQuery } from './reads.ts';

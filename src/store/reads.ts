@@ -6,9 +6,10 @@
 // whole history.
 import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
-import { findRecord } from './history.ts';
+import { findLiveRecord, findRecord } from './history.ts';
 import { isId } from './ids.ts';
 import { findInIntakes, type IntakeEntry, listIntakes, localIntakeKey, readIntake } from './intake.ts';
+import { LEASE_KEEP_MS } from './leases.ts';
 import { listingKind, type MessageSummary, readPage, SUMMARY_FIELDS } from './listing.ts';
 import type { MessageDoc } from './messages.ts';
 import type { Store } from './mongo.ts';
@@ -45,6 +46,25 @@ export async function locateMessage(
   // again now that those reads have ended, they have the message if it exists.
   const [moved, late] = await Promise.all([store.messages.findOne({ _id: id }), findRecord(store, id)]);
   return newestOf(moved, late);
+}
+
+/**
+ * A message a listing showed dead-lettered, for a bulk replay: its dead letter record alone, by
+ * id, without looking for a copy in flight (in `messages` and every live intake of claims), when
+ * the lease its restore takes first proves there is none. Every move of a message takes the lease
+ * of its next epoch, kept until LEASE_KEEP_MS after it expires; a record dead-lettered less than
+ * half that ago, whose next epoch's lease is still free, has not moved since, as for a claim
+ * (parking.ts). Null otherwise (moved on, superseded, or older): locateMessage then says where.
+ */
+export async function findDeadLetter(
+  store: Store,
+  id: string,
+): Promise<{ doc: MessageDoc; inFlight: false } | null> {
+  if (!isId('m', id)) return null;
+  const record = await findLiveRecord(store, 'dlq', id);
+  // half the keep time: the dead-lettering's time is another process's clock
+  const recent = record && Date.now() - (record.history.at(-1)?.at.getTime() ?? 0) < LEASE_KEEP_MS / 2;
+  return recent ? { doc: record, inFlight: false } : null;
 }
 
 /**

@@ -10,6 +10,7 @@ import { Binary } from 'mongodb';
 import { applyChange } from '../../src/actor/change.ts';
 import { decideReplay } from '../../src/actor/decisions.ts';
 import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
+import { takeForReplay } from '../../src/actor/replay.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
 import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
 import { idAt } from '../../src/store/ids.ts';
@@ -21,7 +22,7 @@ import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
 import * as queue from '../../src/store/queue.ts';
 import { readRaw } from '../../src/store/raw.ts';
 import { getMessage, listMessages } from '../../src/store/read-model.ts';
-import { type ArchivedRecord, unpackRecord } from '../../src/store/records.ts';
+import { type ArchivedRecord, packRecord, unpackRecord } from '../../src/store/records.ts';
 import { openTestDatabase } from '../_support/db.ts';
 import { workingSetDoc } from '../_support/documents.ts';
 import { waitUntil } from '../_support/wait.ts';
@@ -225,30 +226,42 @@ for (const profile of PROFILES) {
     // an operator's replay restores it at the next epoch, once, its first step in the same insert
     // the change a replay makes (src/actor/replay.ts)
     const replayed = (one: MessageDoc) => applyChange(one, decideReplay(one, new Date()));
-    const restored = await queue.restore(store, final!, 'owner-d', 5000, replayed);
-    t.is(restored?.lease_epoch, (claimed?.lease_epoch ?? 0) + 1);
+    // (into its intake of claims where the profile has intakes: never into `messages` there)
+    const replays = intake && new queue.Intake(store, 'owner-d', 5000, 'claims');
+    const restored = await queue.restore(store, final!, 'owner-d', 5000, {
+      change: replayed,
+      claims: replays,
+    });
+    t.is(restored?.doc.lease_epoch, (claimed?.lease_epoch ?? 0) + 1);
+    t.is(restored?.intake, replays);
     t.is(await queue.restore(store, final!, 'owner-e', 5000), undefined);
     const read = await getMessage(store, doc._id);
     t.like(read, { lease_owner: 'owner-d', state: 'queued', version: final!.version + 1 });
     t.is(read?.history.at(-1)?.detail, 'replay requested');
-    t.like(await store.messages.findOne({ _id: doc._id }), { state: 'queued', lease_owner: 'owner-d' });
+    if (replays) t.is(await store.messages.findOne({ _id: doc._id }), null);
+    else t.like(await store.messages.findOne({ _id: doc._id }), { state: 'queued', lease_owner: 'owner-d' });
+    t.deepEqual(
+      (await listMessages(store, { limit: 10, offset: 0, state: 'queued' })).map((one) => one._id),
+      [doc._id],
+    );
     // its dead-lettered record is taken out: no longer counted, and found no more by id
     t.is(await recordState(store, 'dlq', doc._id), store.profile.supersedeRecords ? 'superseded' : 'gone');
     t.is((await countMessages(store)).dlq, 0);
     t.deepEqual(await listMessages(store, { limit: 10, offset: 0, state: 'dlq' }), []);
 
-    // dead-lettered again: its new record replaces the one left in place, which is live again
-    await deadLetter(new OwnedMessage(store, restored!), 'still not MIME');
+    // dead-lettered again, from its intake of claims (or the working set): its new record replaces
+    // the one left in place, which is live again; nothing is left in flight
+    await deadLetter(new OwnedMessage(store, restored!.doc, restored!.intake), 'still not MIME');
     t.is(await store.messages.findOne({ _id: doc._id }), null);
     t.like(await getMessage(store, doc._id), {
       state: 'dlq',
       error: 'still not MIME',
-      version: restored!.version + 1,
+      version: restored!.doc.version + 1,
     });
     const record = await store.db
       .collection<ArchivedRecord>(partitionOf('dlq', doc._id))
       .findOne({ _id: doc._id });
-    t.is(record && unpackRecord(record).version, restored!.version + 1, 'the record replaced');
+    t.is(record && unpackRecord(record).version, restored!.doc.version + 1, 'the record replaced');
     t.is(await recordState(store, 'dlq', doc._id), 'live');
     t.is((await countMessages(store)).dlq, 1);
     t.deepEqual(
@@ -317,7 +330,7 @@ test('ferretdb profile: a parked message replayed to its end is never claimed ag
 
   // the operator's replay, then the record put back as a lost removal leaves it
   const parked = await getMessage(store, doc._id);
-  const restored = await queue.restore(store, parked!, 'owner-r', 5000);
+  const restored = (await queue.restore(store, parked!, 'owner-r', 5000))?.doc;
   t.truthy(restored);
   t.is(
     await store.leases.countDocuments({ _id: `${doc._id}:${restored!.lease_epoch}` }),
@@ -425,5 +438,62 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     t.like(second, { lease_owner: 'owner-c', parse_failures: 2 });
     t.is(await recordState(store, 'retry', doc._id), 'superseded');
     t.is(inFlight(await countMessages(store)), 1);
+  });
+}
+
+// A bulk replay reads a listed dead letter's record alone (src/store/reads.ts, findDeadLetter) and
+// restores it only at the record's next epoch, whose free lease proves that nothing moved the
+// message since. A record left live by a lost take-out, while its restored copy is in flight with
+// that epoch's lease expired, is looked up whole and its copy taken over: never restored a second
+// time beside it.
+for (const profile of PROFILES) {
+  test(`${profile} profile: a dead letter replayed from its record alone is restored at its next epoch only`, async (t) => {
+    const store = await openProfile(t, profile);
+    const intake = store.profile.intakeCollections ? new queue.Intake(store, 'owner-a', 5000) : undefined;
+    const bytes = Buffer.from('Subject: queue 6\r\n\r\nbody\r\n');
+    const doc = {
+      ...acceptedDoc(6, 'owner-a', 5000),
+      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
+    };
+    await queue.accept(store, doc, intake);
+    await deadLetter(new OwnedMessage(store, doc, intake), 'not MIME');
+    const final = await getMessage(store, doc._id);
+    t.like(final, { state: 'dlq', lease_epoch: 1 });
+
+    // restored by a replay whose process died: its copy in `messages` at epoch 2, that lease expired,
+    // and its record's take-out lost, so the dead letter record is live again
+    t.like(await queue.restore(store, final!, 'owner-x', 1), { doc: { lease_epoch: 2 } });
+    const records = store.db.collection<ArchivedRecord>(partitionOf('dlq', doc._id));
+    if (store.profile.supersedeRecords)
+      await store.db.collection(partitionOf('dlq_superseded', doc._id)).deleteMany({});
+    // the MongoDB profile deletes the record (the restore awaits it): put back as a lost removal leaves it
+    else await records.insertOne(packRecord(final!));
+    t.is(await recordState(store, 'dlq', doc._id), 'live');
+
+    const claims = store.profile.intakeCollections
+      ? new queue.Intake(store, 'owner-r', 5000, 'claims')
+      : undefined;
+    const owner = {
+      name: 'owner-r',
+      leaseMs: 5000,
+      drives: () => false,
+      finished: async () => {},
+      ...(claims ? { claims } : {}),
+    };
+    const taken = await takeForReplay(store, doc._id, owner, undefined, 'dlq');
+    t.like(taken, { outcome: 'ok', written: false, doc: { lease_epoch: 3, lease_owner: 'owner-r' } });
+    t.like(await store.messages.findOne({ _id: doc._id }), { lease_epoch: 3, lease_owner: 'owner-r' });
+    t.is(inFlight(await countMessages(store)), 1, 'one copy in flight');
+
+    // an orphaned lease alone (a replay that died before it restored anything) does not stop one
+    const other = {
+      ...acceptedDoc(7, 'owner-a', 5000),
+      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
+    };
+    await queue.accept(store, other, intake);
+    await deadLetter(new OwnedMessage(store, other, intake), 'not MIME');
+    await store.leases.insertOne({ _id: `${other._id}:2`, owner: 'owner-y', expires_at: new Date(0) });
+    const replayed = await takeForReplay(store, other._id, owner, undefined, 'dlq');
+    t.like(replayed, { outcome: 'ok', written: true, doc: { lease_epoch: 3, lease_owner: 'owner-r' } });
   });
 }
