@@ -77,6 +77,11 @@ async function deadLetter(owned: OwnedMessage, error: string): Promise<void> {
   });
 }
 
+/** A message with its raw bytes in its document, as a small one is accepted. */
+function withRaw(doc: AcceptedMessage, bytes: Buffer): AcceptedMessage {
+  return { ...doc, raw: { data: new Binary(gzipSync(bytes)), size: bytes.length } };
+}
+
 /** Messages in flight, as the gauges count them (each profile counts a partition its way). */
 const inFlight = (counts: MessageCounts) => Object.values(counts.workingSet).reduce((sum, n) => sum + n, 0);
 
@@ -116,10 +121,7 @@ for (const profile of PROFILES) {
     t.is(store.profile.name, profile);
     const intake = store.profile.intakeCollections ? new queue.Intake(store, 'owner-a', 5000) : undefined;
     const bytes = Buffer.from('Subject: queue 1\r\n\r\nbody\r\n');
-    const doc = {
-      ...acceptedDoc(1, 'owner-a', 5000),
-      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
-    };
+    const doc = withRaw(acceptedDoc(1, 'owner-a', 5000), bytes);
     await queue.accept(store, doc, intake);
     t.like(await getMessage(store, doc._id), { state: 'queued', version: 1 });
     t.true((await listMessages(store, { limit: 10, offset: 0 })).some((one) => one._id === doc._id));
@@ -314,10 +316,7 @@ test('ferretdb profile: a parked message replayed to its end is never claimed ag
   t.true(store.profile.parkRetries);
   const intake = new queue.Intake(store, 'owner-a', 5000);
   const bytes = Buffer.from('Subject: queue 3\r\n\r\nbody\r\n');
-  const doc = {
-    ...acceptedDoc(3, 'owner-a', 5000),
-    raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
-  };
+  const doc = withRaw(acceptedDoc(3, 'owner-a', 5000), bytes);
   await queue.accept(store, doc, intake);
   const dueAt = new Date(Date.now() + 4000);
   await new OwnedMessage(store, doc, intake).write({
@@ -451,10 +450,7 @@ for (const profile of PROFILES) {
     const store = await openProfile(t, profile);
     const intake = store.profile.intakeCollections ? new queue.Intake(store, 'owner-a', 5000) : undefined;
     const bytes = Buffer.from('Subject: queue 6\r\n\r\nbody\r\n');
-    const doc = {
-      ...acceptedDoc(6, 'owner-a', 5000),
-      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
-    };
+    const doc = withRaw(acceptedDoc(6, 'owner-a', 5000), bytes);
     await queue.accept(store, doc, intake);
     await deadLetter(new OwnedMessage(store, doc, intake), 'not MIME');
     const final = await getMessage(store, doc._id);
@@ -486,10 +482,7 @@ for (const profile of PROFILES) {
     t.is(inFlight(await countMessages(store)), 1, 'one copy in flight');
 
     // an orphaned lease alone (a replay that died before it restored anything) does not stop one
-    const other = {
-      ...acceptedDoc(7, 'owner-a', 5000),
-      raw: { data: new Binary(gzipSync(bytes)), size: bytes.length },
-    };
+    const other = withRaw(acceptedDoc(7, 'owner-a', 5000), bytes);
     await queue.accept(store, other, intake);
     await deadLetter(new OwnedMessage(store, other, intake), 'not MIME');
     await store.leases.insertOne({ _id: `${other._id}:2`, owner: 'owner-y', expires_at: new Date(0) });
