@@ -51,17 +51,44 @@ export async function takeOutRecord(
   if (refused && !isDuplicateKey(refused)) throw refused;
 }
 
-/** A record of `kind` by exact `_id`, unless it was superseded (takeOutRecord). */
-export async function findLiveRecord(store: Store, kind: RecordKind, id: string): Promise<MessageDoc | null> {
-  const [record, marker] = await Promise.all([
-    store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id }),
-    store.profile.supersedeRecords
-      ? store.db
-          .collection<{ _id: string }>(supersededPartitionOf(kind, id))
-          .findOne({ _id: id }, { projection: { _id: 1 } })
-      : null,
+/**
+ * A record of `kind` as stored, by exact `_id`, superseded or not: for a reader whose lease of the
+ * record's next epoch proves it was not taken out (every take-out follows such a lease; parking.ts).
+ */
+export async function findStoredRecord(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+): Promise<MessageDoc | null> {
+  const record = await store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id });
+  return record ? unpackRecord(record) : null;
+}
+
+/** Whether a record of `kind` was superseded and left in place (takeOutRecord): its marker. */
+export async function isSuperseded(store: Store, kind: RecordKind, id: string): Promise<boolean> {
+  if (!store.profile.supersedeRecords) return false;
+  const marker = await store.db
+    .collection<{ _id: string }>(supersededPartitionOf(kind, id))
+    .findOne({ _id: id }, { projection: { _id: 1 } });
+  return marker !== null;
+}
+
+/**
+ * A record of `kind` by exact `_id`, unless it was superseded (takeOutRecord). `takenOutLikely`: its
+ * marker is read first and the record only without one, one read where the take-out landed.
+ */
+export async function findLiveRecord(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+  { takenOutLikely = false } = {},
+): Promise<MessageDoc | null> {
+  if (takenOutLikely) return (await isSuperseded(store, kind, id)) ? null : findStoredRecord(store, kind, id);
+  const [record, superseded] = await Promise.all([
+    findStoredRecord(store, kind, id),
+    isSuperseded(store, kind, id),
   ]);
-  return record && !marker ? unpackRecord(record) : null;
+  return superseded ? null : record;
 }
 
 /**
@@ -81,10 +108,11 @@ export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> 
     if (outcome) throw outcome;
   });
   // a replayed message may have left its earlier record in the other kind of partition (its restore
-  // takes it out, but may have been cut short): looked for first, a read that waits for no writer
+  // takes it out, but may have been cut short): looked for first, reads that wait for no writer
   if (doc.replays) {
     const other = kind === 'dlq' ? 'history' : 'dlq';
-    if (await findLiveRecord(store, other, doc._id)) await takeOutRecord(store, other, doc._id, doc.version);
+    if (await findLiveRecord(store, other, doc._id, { takenOutLikely: true }))
+      await takeOutRecord(store, other, doc._id, doc.version);
   }
 }
 

@@ -6,7 +6,7 @@
 // whole history.
 import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
-import { findLiveRecord, findRecord } from './history.ts';
+import { findRecord, findStoredRecord } from './history.ts';
 import { isId } from './ids.ts';
 import { findInIntakes, type IntakeEntry, listIntakes, localIntakeKey, readIntake } from './intake.ts';
 import { LEASE_KEEP_MS } from './leases.ts';
@@ -54,14 +54,15 @@ export async function locateMessage(
  * the lease its restore takes first proves there is none. Every move of a message takes the lease
  * of its next epoch, kept until LEASE_KEEP_MS after it expires; a record dead-lettered less than
  * half that ago, whose next epoch's lease is still free, has not moved since, as for a claim
- * (parking.ts). Null otherwise (moved on, superseded, or older): locateMessage then says where.
+ * (parking.ts); nor was it taken out, as every take-out follows such a lease, so its marker is not
+ * read. Null otherwise (moved on, or older): locateMessage then says where.
  */
 export async function findDeadLetter(
   store: Store,
   id: string,
 ): Promise<{ doc: MessageDoc; inFlight: false } | null> {
   if (!isId('m', id)) return null;
-  const record = await findLiveRecord(store, 'dlq', id);
+  const record = await findStoredRecord(store, 'dlq', id);
   // half the keep time: the dead-lettering's time is another process's clock
   const recent = record && Date.now() - (record.history.at(-1)?.at.getTime() ?? 0) < LEASE_KEEP_MS / 2;
   return recent ? { doc: record, inFlight: false } : null;

@@ -15,7 +15,7 @@ import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.t
 import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { intakeSpanMs } from '../../src/store/intake.ts';
-import type { Store } from '../../src/store/mongo.ts';
+import { openStore, type Store } from '../../src/store/mongo.ts';
 import { partitionOf, type RecordKind, supersededKind } from '../../src/store/partitions.ts';
 import type { ProfileName } from '../../src/store/profile.ts';
 import type { AcceptedMessage, MessageDoc } from '../../src/store/queue.ts';
@@ -409,6 +409,9 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     t.is(claim.outcome, 'claimed');
     const claimed = claim.outcome === 'claimed' ? claim.doc : undefined;
     t.is(await recordState(store, 'retry', doc._id), 'superseded');
+    // a rival reads the record as stored, loses the lease, and its marker tells it the claim is done
+    const rival = await queue.claim(store, firstPointer!, 'owner-c', 5000);
+    t.is(rival.outcome, 'handled', 'a rival claim of the same pointer sees it taken, not held');
 
     // parked again by its claimant
     const secondDue = new Date(Date.now() + 1500);
@@ -437,6 +440,56 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     t.like(second, { lease_owner: 'owner-c', parse_failures: 2 });
     t.is(await recordState(store, 'retry', doc._id), 'superseded');
     t.is(inFlight(await countMessages(store)), 1);
+  });
+}
+
+// A pointer read again once its claim is done and that claim's lease has expired (another
+// process's claim, or this process's own before a restart): handled on its record's marker,
+// without reading the working set or the final records, and the later epoch it won given back.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a pointer whose claim is done and expired is handled on its marker alone`, async (t) => {
+    const { uri, dbName, store } = await openTestDatabase(`queue${profile}`, profile);
+    const watched = await openStore({ uri, dbName, profile, monitorCommands: true });
+    t.teardown(async () => {
+      await watched.close();
+      await store.db.dropDatabase().catch(() => {});
+      await store.intakeDb.dropDatabase().catch(() => {});
+      await store.close();
+    });
+    const doc = await acceptAndPark(store, 6, 1500);
+    const [pointer] = (
+      await Promise.all(
+        (await queue.dueRetryBuckets(store, Date.now())).map((name) => queue.readRetryBucket(store, name)),
+      )
+    ).flat();
+    t.is(pointer?.message, doc._id);
+    const leaseMs = 300;
+    const first = await queue.claim(
+      store,
+      pointer!,
+      'owner-b',
+      leaseMs,
+      new queue.Intake(store, 'owner-b', leaseMs, 'claims'),
+    );
+    t.is(first.outcome, 'claimed');
+    await sleep(leaseMs + 200);
+
+    const read: string[] = [];
+    watched.client.on('commandStarted', (event) => {
+      if (event.commandName === 'find') read.push(String(event.command.find));
+    });
+    const again = await queue.claim(watched, pointer!, 'owner-c', 5000);
+    t.is(again.outcome, 'handled');
+    t.deepEqual(
+      read.filter((name) => /^(messages|history_|dlq_)/.test(name)),
+      [],
+      `no working set or final record read: ${read.join(', ')}`,
+    );
+    t.is(
+      await store.leases.findOne({ _id: `${doc._id}:${pointer!.epoch + 2}` }),
+      null,
+      'the later epoch given back',
+    );
   });
 }
 
