@@ -19,7 +19,7 @@
 import type { Collection } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
-import { findRecord, findStoredRecord, isSuperseded, storeRecord, takeOutRecord } from './history.ts';
+import { findLiveRecord, findRecord, storeRecord, takeOutRecord } from './history.ts';
 import { isDuplicateKey } from './ids.ts';
 import { claimIntoIntake, type Intake } from './intake.ts';
 import { claimedCopy, insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
@@ -146,6 +146,11 @@ export async function dropBucket(store: Store, name: string): Promise<void> {
   await store.intakeDb.dropCollection(name).catch(() => false);
 }
 
+/** The parked record of a message, by exact `_id` on the partition its id names, unless superseded. */
+function findParked(store: Store, id: string): Promise<MessageDoc | null> {
+  return findLiveRecord(store, 'retry', id);
+}
+
 /**
  * What became of a pointer: `claimed` with the message now in `messages`, owned by `owner`;
  * `handled` when it needs nothing more (claimed by another process, parked again, replayed, final);
@@ -166,11 +171,10 @@ export type ParkedClaim =
  * What is read under the lease depends on the epoch won. The next one (the usual case): nobody
  * claimed, took over, restored or parked the message since the pointer was written, as each of
  * those takes a lease of that epoch, kept until LEASE_KEEP_MS after it expires; so the record read
- * before the lease is still the one, not taken out (every take-out follows such a lease: its
- * marker is not read), and no copy can have gone on to a final record. The record with its marker
- * and the final records are read again only when the message was parked so long ago that such a
- * lease may have been deleted since. A later epoch (orphaned leases skipped): the record, the
- * working set and the final records are read again.
+ * before the lease is still the one, and no copy can have gone on to a final record. A final
+ * record is looked for only when the message was parked so long ago that such a lease may have
+ * been deleted since. A later epoch (orphaned leases skipped): the record, the working set and the
+ * final records are read again.
  */
 export async function claimParked(
   store: Store,
@@ -180,25 +184,17 @@ export async function claimParked(
   claims?: Intake,
 ): Promise<ParkedClaim> {
   const id = pointer.message;
-  // the record as stored: whether it was taken out since, the lease below tells (or its marker)
-  const parked = await findStoredRecord(store, 'retry', id);
+  const parked = await findParked(store, id);
   if (parked?.version !== pointer.version) return { outcome: 'handled' };
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, id, pointer.epoch, owner, expiresAt);
-  // another process has the next epoch: done with the message once it took the record out
-  if (epoch === undefined) return { outcome: (await isSuperseded(store, 'retry', id)) ? 'handled' : 'held' };
+  if (epoch === undefined) return { outcome: 'held' };
   const giveBack = () => store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
   const next = epoch === pointer.epoch + 1;
   // half the keep time: the park's time is another process's clock
   const proven = next && Date.now() - parkedAt(parked) < LEASE_KEEP_MS / 2;
-  // unproven, most often a pointer read again after its claim was done (by another process, or
-  // before a restart) and that claim's lease expired: the marker alone says so
-  if (!proven && (await isSuperseded(store, 'retry', id))) {
-    await giveBack();
-    return { outcome: 'handled' };
-  }
   const [again, live, final] = await Promise.all([
-    proven ? parked : findStoredRecord(store, 'retry', id),
+    next ? parked : findParked(store, id),
     next ? null : store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
     proven ? null : findRecord(store, id, FINAL_KINDS),
   ]);
