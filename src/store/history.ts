@@ -53,7 +53,8 @@ export async function takeOutRecord(
 
 /**
  * A record of `kind` as stored, by exact `_id`, superseded or not: for a reader whose lease of the
- * record's next epoch proves it was not taken out (every take-out follows such a lease; parking.ts).
+ * record's next epoch proves it was not taken out (every take-out follows such a lease; reads.ts,
+ * findDeadLetter).
  */
 export async function findStoredRecord(
   store: Store,
@@ -65,7 +66,7 @@ export async function findStoredRecord(
 }
 
 /** Whether a record of `kind` was superseded and left in place (takeOutRecord): its marker. */
-export async function isSuperseded(store: Store, kind: RecordKind, id: string): Promise<boolean> {
+async function isSuperseded(store: Store, kind: RecordKind, id: string): Promise<boolean> {
   if (!store.profile.supersedeRecords) return false;
   const marker = await store.db
     .collection<{ _id: string }>(supersededPartitionOf(kind, id))
