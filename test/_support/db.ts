@@ -37,10 +37,20 @@ export interface TestDatabase {
  * The backend profile is STORAGE_PROFILE's (CI runs the MongoDB profile's code on FerretDB too),
  * unless the test names one.
  */
-export async function openTestDatabase(label?: string, profile?: ProfileSetting): Promise<TestDatabase> {
+export async function openTestDatabase(
+  label?: string,
+  profile?: ProfileSetting,
+  { monitorCommands = false } = {},
+): Promise<TestDatabase> {
   const uri = await databaseUri();
   const dbName = freshDbName(label);
-  const store = await openStore({ uri, dbName, ensureIndexes: true, profile: profile ?? testProfile() });
+  const store = await openStore({
+    uri,
+    dbName,
+    ensureIndexes: true,
+    profile: profile ?? testProfile(),
+    monitorCommands,
+  });
   return { uri, dbName, store };
 }
 
