@@ -24,14 +24,15 @@
 // stalls), and any process's scheduler takes its due messages over (`claimFromIntake`).
 import { Batcher } from './batcher.ts';
 import { DURABLE } from './connection.ts';
+import { storePointer } from './due-buckets.ts';
 import { retryTransient } from './failures.ts';
-import { findRecord } from './history.ts';
+import { findLiveRecord, findStoredRecord, recordKind } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
 import { insertAtEpoch, insertClaimed, takeLease } from './leases.ts';
 import { SUMMARY_FIELDS } from './listing.ts';
-import type { MessageDoc, Ownership } from './messages.ts';
+import { type MessageDoc, type Ownership, retryDueOf } from './messages.ts';
 import type { LocalIntake, Store } from './mongo.ts';
-import { idMs } from './partitions.ts';
+import { idMs, type RecordKind } from './partitions.ts';
 import { type IntakeRecord, packedFor, packIntake, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
@@ -200,20 +201,37 @@ export async function moveFromIntake(
   return insertAtEpoch(store, { ...doc, lease_epoch: epoch, version: owner.version + 1 });
 }
 
-/** Its owner stores the final record before a message departs its intake, and moves it before writing. */
-async function hasDeparted(store: Store, id: string): Promise<boolean> {
-  // a parked record (parking.ts) is no departure: a crash may have come before its pointer
-  const [record, moved] = await Promise.all([
-    findRecord(store, id, ['history', 'dlq']),
-    store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
+/**
+ * Whether a copy of the message newer than this one is stored: in `messages`, or a record of any
+ * kind. Its owner stores the final record, moves the message into `messages`, or parks it
+ * (parking.ts) before the intake notes its departure, and the departure is noted later, in a batch:
+ * a stale intake's copy may be one that moved on. A record counts even if superseded, as it is taken
+ * out only once the copy that took it back is in. A parked record whose owner died before storing
+ * its pointer gets it here: nothing else would claim it.
+ */
+async function hasDeparted(store: Store, doc: MessageDoc): Promise<boolean> {
+  const kinds: readonly RecordKind[] = store.profile.parkRetries
+    ? ['history', 'dlq', 'retry']
+    : ['history', 'dlq'];
+  const [moved, records] = await Promise.all([
+    store.messages.findOne({ _id: doc._id }, { projection: { _id: 1 } }),
+    Promise.all(kinds.map((kind) => findStoredRecord(store, kind, doc._id))),
   ]);
-  return record !== null || moved !== null;
+  if (moved) return true;
+  const newest = newestCopy(records.filter((record) => record !== null));
+  if (!newest || newest.version <= doc.version) return false;
+  if (
+    recordKind(newest) === 'retry' &&
+    (await findLiveRecord(store, 'retry', doc._id, { takenOutLikely: true }))
+  )
+    await storePointer(store, newest, retryDueOf(newest));
+  return true;
 }
 
 /**
  * Takes over a message of a stale intake, as the scheduler takes over an expired lease: its lease
  * at the next epoch, then the message into `messages`. 'departed' when it has left the intake
- * after all (its record is stored, or it is in `messages`); undefined when another process holds it.
+ * after all (a newer copy is stored: hasDeparted); undefined when another process holds it.
  */
 export async function claimFromIntake(
   store: Store,
@@ -224,12 +242,12 @@ export async function claimFromIntake(
   // A message that has departed needs no lease. Asked first: after a few takeovers its next epochs
   // are all taken by expired leases (kept an hour), takeLease gives up, and an intake whose every
   // message is final would never be dropped.
-  if (await hasDeparted(store, doc._id)) return 'departed';
+  if (await hasDeparted(store, doc)) return 'departed';
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, doc._id, doc.lease_epoch, ownerName, expiresAt);
   if (epoch === undefined) return undefined;
   // asked again under the lease: the owner may have stored the record or moved it meanwhile
-  if (await hasDeparted(store, doc._id)) {
+  if (await hasDeparted(store, doc)) {
     await store.leases.deleteOne({ _id: `${doc._id}:${epoch}` }).catch(() => {});
     return 'departed';
   }

@@ -144,3 +144,14 @@ export function scheduledAs(doc: MessageDoc): MessageDoc {
   const { scheduled: _, ...rest } = doc;
   return rest.due_at ? { ...rest, scheduled: true } : rest;
 }
+
+/**
+ * When a parked message's retry is due by its record, which keeps no `due_at` (records.ts): its
+ * deliveries' earliest retry, or now when none says (a parse failure's short wait).
+ */
+export function retryDueOf(record: MessageDoc): Date {
+  const retries = (record.deliveries ?? [])
+    .filter((delivery) => delivery.state === 'failed' && delivery.next_attempt_at)
+    .map((delivery) => delivery.next_attempt_at!.getTime());
+  return new Date(retries.length > 0 ? Math.min(...retries) : Date.now());
+}

@@ -6,9 +6,8 @@
 //     id); bytes that rode in its working-set document go to `raw_<day>` with it, so that the
 //     claim's read, insert and take-out, and the finish's removal, each move a small document,
 //   - its listing entry in `retry_list_<day>` (listing.ts; `?state=failed` reads only these),
-//   - a pointer `{_id: <id>:<version>, message, epoch, version, due_at}` in the bucket of its due time, `due_<YYYYMMDDHHmmss>`
-//     (a collection per DUE_BUCKET_MS, in the intake database): the scheduler reads a bucket whole
-//     once its time has come and drops it once every pointer in it is handled.
+//   - a pointer in the bucket of its due time (due-buckets.ts), which the scheduler reads whole
+//     once its time has come.
 // Parking writes them in that order and only then leaves the working set, so a crash in between
 // leaves the working copy, which the scheduler's poll of `messages` finds at the same due time. A
 // claim takes the lease of the next epoch (leases.ts: the unique insert decides among claimants,
@@ -16,90 +15,26 @@
 // epoch, then takes its record and listing entry out (with the profile's `supersedeRecords` the
 // record stays, marked superseded: history.ts). The claims of a poll share their writes
 // (writes.ts), so a backlog drains at the pace of batches, not of one claim's round trips.
-import type { Collection } from 'mongodb';
+import { type DuePointer, storePointer } from './due-buckets.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
 import { findLiveRecord, findRecord, storeRecord, takeOutRecord } from './history.ts';
-import { isDuplicateKey } from './ids.ts';
 import { claimIntoIntake, type Intake } from './intake.ts';
 import { claimedCopy, insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 
-/** A parked message's pointer in the bucket of its due time. */
-export interface DuePointer {
-  /** `<message id>:<version>`: the same message parked again (a later version) has a pointer of its own */
-  _id: string;
-  message: string;
-  /** the epoch the message was released at: its claim takes the lease of the next one */
-  epoch: number;
-  /** the parked record's version: a record with another one was claimed or parked again since */
-  version: number;
-  due_at: Date;
-}
-
-/**
- * The span of a bucket. Retry delays are a minute and more; a bucket is read again at every poll
- * while some of its pointers are not due yet, so a short span keeps those reads small.
- */
-export const DUE_BUCKET_MS = 10_000;
-/**
- * A bucket is dropped only this long after its span ended, and a pointer counts as stored only if
- * its insert was acknowledged within half of it (else it is written again, into a newer bucket): a
- * bucket read for its drop has every pointer that was ever acknowledged into it.
- */
-export const BUCKET_GRACE_MS = 60_000;
-const BUCKET_PREFIX = 'due_';
 const FINAL_KINDS = ['history', 'dlq'] as const;
-
-/** The bucket that holds pointers due at `ms`: `due_<YYYYMMDDHHmmss>` of the bucket's start, UTC. */
-export function bucketOf(ms: number): string {
-  const start = ms - (ms % DUE_BUCKET_MS);
-  return `${BUCKET_PREFIX}${new Date(start).toISOString().slice(0, 19).replace(/[-T:]/g, '')}`;
-}
-
-/** When a bucket may be dropped (if every pointer in it is handled), ms since the epoch. */
-export function bucketDroppableAt(name: string): number {
-  return (bucketStart(name) ?? 0) + DUE_BUCKET_MS + BUCKET_GRACE_MS;
-}
-
-/** When a bucket's span begins, or undefined when `name` is not a bucket. */
-export function bucketStart(name: string): number | undefined {
-  const match = /^due_(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})$/.exec(name);
-  if (!match) return undefined;
-  const [, y, mo, d, h, mi, s] = match.map(Number) as number[];
-  return Date.UTC(y!, mo! - 1, d!, h!, mi!, s!);
-}
 
 /** Whether the change leaves the message waiting for a retry, with no owner: then it is parked. */
 export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boolean {
   return doc.lease_owner === undefined && doc.due_at !== undefined;
 }
 
-const bucket = (store: Store, name: string): Collection<DuePointer> =>
-  store.intakeDb.collection<DuePointer>(name);
-
 /** The record, the listing entry, then the pointer: everything but the departure from the working set. */
 async function storeParked(store: Store, doc: MessageDoc): Promise<void> {
   await storeRecord(store, doc);
-  const pointer: DuePointer = {
-    _id: `${doc._id}:${doc.version}`,
-    message: doc._id,
-    epoch: doc.lease_epoch,
-    version: doc.version,
-    due_at: doc.due_at!,
-  };
-  for (;;) {
-    // never into a bucket whose span has ended: a scheduler may be about to drop it
-    const name = bucketOf(Math.max(pointer.due_at.getTime(), Date.now()));
-    await retryTransient(async () => {
-      // the parkings of a moment share one insert per bucket
-      const outcome = await store.writes.pointerInserts.submit(name, pointer);
-      // the same message parked at the same version is this very pointer, stored by an earlier try
-      if (outcome && !isDuplicateKey(outcome)) throw outcome;
-    });
-    if (Date.now() <= bucketDroppableAt(name) - BUCKET_GRACE_MS / 2) return;
-  }
+  await storePointer(store, doc, doc.due_at!);
 }
 
 /**
@@ -120,30 +55,6 @@ export async function parkFromIntake(store: Store, owner: Ownership, doc: Messag
   await storeParked(store, doc);
   if ((owner.heldUntil ?? 0) > performance.now()) return true;
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
-}
-
-/** The buckets whose span has begun by `now`, oldest first. */
-export async function dueBuckets(store: Store, now: number): Promise<string[]> {
-  const collections = await store.intakeDb
-    .listCollections({ name: { $regex: `^${BUCKET_PREFIX}` } }, { nameOnly: true })
-    .toArray();
-  return collections
-    .map(({ name }) => ({ name, start: bucketStart(name) }))
-    .filter(
-      (entry): entry is { name: string; start: number } => entry.start !== undefined && entry.start <= now,
-    )
-    .sort((a, b) => a.start - b.start)
-    .map((entry) => entry.name);
-}
-
-/** A bucket's pointers, read whole, earliest due first. */
-export async function readBucket(store: Store, name: string): Promise<DuePointer[]> {
-  const pointers = await bucket(store, name).find({}).toArray();
-  return pointers.sort((a, b) => a.due_at.getTime() - b.due_at.getTime());
-}
-
-export async function dropBucket(store: Store, name: string): Promise<void> {
-  await store.intakeDb.dropCollection(name).catch(() => false);
 }
 
 /** The parked record of a message, by exact `_id` on the partition its id names, unless superseded. */

@@ -1,10 +1,20 @@
 // The queue seam: the one module through which src/actor/ and src/smtp/ move a message between the
 // places of src/lifecycle/places.ts (intake, working set, parked, record, gone), each move named as
 // in that table, and the scheduler's reads that find the work. The modules behind it (intake.ts,
-// working-set.ts, leases.ts, parking.ts, history.ts) are the only writers of those collections; how
-// each move is laid out on a database is the backend profile's (profile.ts). The API reads through
-// read-model.ts.
+// working-set.ts, leases.ts, parking.ts, due-buckets.ts, history.ts) are the only writers of those
+// collections; how each move is laid out on a database is the backend profile's (profile.ts). The
+// API reads through read-model.ts.
 import type { UpdateFilter } from 'mongodb';
+import {
+  BUCKET_GRACE_MS,
+  bucketDroppableAt,
+  bucketStart,
+  DUE_BUCKET_MS,
+  type DuePointer,
+  dropBucket,
+  dueBuckets,
+  readBucket,
+} from './due-buckets.ts';
 import {
   archiveAsOwner,
   archiveFromIntake,
@@ -25,21 +35,7 @@ import {
 import { claimMessage, deleteExpiredLeases, findDue, LEASE_KEEP_MS } from './leases.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
-import {
-  BUCKET_GRACE_MS,
-  bucketDroppableAt,
-  bucketStart,
-  claimParked,
-  DUE_BUCKET_MS,
-  type DuePointer,
-  dropBucket,
-  dueBuckets,
-  isParkable,
-  type ParkedClaim,
-  parkAsOwner,
-  parkFromIntake,
-  readBucket,
-} from './parking.ts';
+import { claimParked, isParkable, type ParkedClaim, parkAsOwner, parkFromIntake } from './parking.ts';
 import { insertAcceptedMessage, removeAbandonedRecords, writeAsOwner } from './working-set.ts';
 
 export type {
@@ -170,7 +166,7 @@ export function dropStaleIntake(store: Store, name: string): Promise<void> {
   return dropIntake(store, name);
 }
 
-/** The retry buckets whose span has begun by `now`, oldest first (parking.ts). */
+/** The retry buckets whose span has begun by `now`, oldest first (due-buckets.ts). */
 export function dueRetryBuckets(store: Store, now: number): Promise<string[]> {
   return dueBuckets(store, now);
 }
