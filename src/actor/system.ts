@@ -127,6 +127,8 @@ export class ActorSystem {
   private readonly buckets = new Map<string, BucketState>();
   /** a poll left due parked messages for lack of room: the next poll goes once half the room is free */
   private parkedLeft = false;
+  /** a poll set for the next parked message due before the regular one (wakeFor) */
+  private wake: { at: number; timer: NodeJS.Timeout } | undefined;
   private stopping: Promise<void> | undefined;
 
   constructor(options: ActorSystemOptions) {
@@ -315,7 +317,9 @@ export class ActorSystem {
       for (const pointer of await this.bucketPointers(name, bucket, now, complete, droppable)) {
         if (bucket.handled.has(pointer._id)) continue;
         const id = pointer.message;
-        if (pointer.due_at.getTime() > now || this.running.has(id) || this.abandoned.has(id)) left++;
+        const dueAt = pointer.due_at.getTime();
+        if (dueAt > now) this.wakeFor(dueAt, now);
+        if (dueAt > now || this.running.has(id) || this.abandoned.has(id)) left++;
         else due.push(pointer);
       }
       const room = Math.max(0, this.maxActors - this.running.size);
@@ -351,6 +355,22 @@ export class ActorSystem {
         bucket.settled = true;
       }
     }
+  }
+
+  /**
+   * Polls at `dueAt`, a parked message's due time, when that comes before the next regular poll: a
+   * retry goes at its time, not up to a poll's interval (a second) later, and a backlog that comes
+   * due at one moment starts to drain at that moment.
+   */
+  private wakeFor(dueAt: number, now: number): void {
+    if (dueAt - now >= this.pollMs || (this.wake && this.wake.at <= dueAt) || this.stopping) return;
+    if (this.wake) clearTimeout(this.wake.timer);
+    const timer = setTimeout(() => {
+      this.wake = undefined;
+      void this.poll().catch(() => {});
+    }, dueAt - now);
+    timer.unref();
+    this.wake = { at: dueAt, timer };
   }
 
   /**
@@ -447,6 +467,7 @@ export class ActorSystem {
     this.stopping ??= (async () => {
       for (const timer of this.timers) clearInterval(timer);
       this.timers = [];
+      if (this.wake) clearTimeout(this.wake.timer);
       const all = Promise.all([...this.running.values()].map(({ done }) => done));
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<void>((resolve) => {
