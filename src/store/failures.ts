@@ -13,10 +13,19 @@ const UNAVAILABLE_ERRORS: ReadonlySet<string> = new Set([
   'MongoPoolClearedError',
 ]);
 
+/**
+ * How FerretDB answers when its PostgreSQL refuses or ends its connections (a connection limit
+ * reached, a restart, an administrator ending sessions): a server error naming PostgreSQL's
+ * SQLSTATE, class 08 (connection exception), 53300 (too many connections) or 57P01-57P03
+ * (shutting down, cannot connect now). The server answers; its storage does not, for now.
+ */
+const STORAGE_REFUSED = /\(SQLSTATE (?:08[0-9A-Z]{3}|53300|57P0[1-3])\)/;
+
 /** True for failures that mean "the database cannot be reached now", as opposed to a bad request. */
 export function isDatabaseUnavailable(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   if (UNAVAILABLE_ERRORS.has(err.name)) return true;
+  if (err.name === 'MongoServerError' && STORAGE_REFUSED.test(err.message)) return true;
   // a batch (insertMany, bulkWrite) cut off with its connection: the driver wraps its own error
   const cause = (err as { errorResponse?: unknown }).errorResponse;
   return err.name === 'MongoBulkWriteError' && cause instanceof Error && UNAVAILABLE_ERRORS.has(cause.name);
