@@ -2,7 +2,7 @@
 // and the history and attempts it appends. Decisions (decisions.ts) return these; the actor merges
 // the ones it holds back into its next write and applies each to its copy of the document.
 import type { MadeHistoryEntry, MessageState } from '../lifecycle/lifecycle.ts';
-import type { AttemptRecord, DeliveryDoc, MessageDoc } from '../store/queue.ts';
+import { type AttemptRecord, type DeliveryDoc, earliestRetry, type MessageDoc } from '../store/queue.ts';
 
 /**
  * One write: what changes, what is appended to the history and attempts, what is removed. A state
@@ -17,11 +17,9 @@ export interface Change {
 
 /** The message needs no owner until its earliest retry (or at all: nothing is waiting). */
 export function releaseChange(deliveries: readonly DeliveryDoc[]): Change {
-  const waiting = deliveries
-    .filter((d) => d.state === 'failed' && d.next_attempt_at)
-    .map((d) => d.next_attempt_at!.getTime());
-  if (waiting.length === 0) return { unset: ['due_at', 'lease_owner'] };
-  return { set: { due_at: new Date(Math.min(...waiting)) }, unset: ['lease_owner'] };
+  const due = earliestRetry(deliveries);
+  if (!due) return { unset: ['due_at', 'lease_owner'] };
+  return { set: { due_at: due }, unset: ['lease_owner'] };
 }
 
 /**

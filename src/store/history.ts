@@ -66,7 +66,7 @@ export async function findStoredRecord(
 }
 
 /** Whether a record of `kind` was superseded and left in place (takeOutRecord): its marker. */
-async function isSuperseded(store: Store, kind: RecordKind, id: string): Promise<boolean> {
+export async function isSuperseded(store: Store, kind: RecordKind, id: string): Promise<boolean> {
   if (!store.profile.supersedeRecords) return false;
   const marker = await store.db
     .collection<{ _id: string }>(supersededPartitionOf(kind, id))
@@ -149,7 +149,7 @@ export async function archiveFromIntake(store: Store, owner: Ownership, doc: Mes
 export async function findRecord(
   store: Store,
   id: string,
-  kinds: readonly RecordKind[] = store.profile.parkRetries ? RECORD_KINDS : FINAL_KINDS,
+  kinds: readonly RecordKind[] = storedKinds(store),
 ): Promise<MessageDoc | null> {
   if (!isId('m', id)) return null;
   const found = await Promise.all(kinds.map((kind) => findLiveRecord(store, kind, id)));
@@ -159,8 +159,15 @@ export async function findRecord(
 }
 
 const FINAL_KINDS: readonly RecordKind[] = ['history', 'dlq'];
-/** the final kinds and, where the profile parks messages, the parked ones (parking.ts) */
 const RECORD_KINDS: readonly RecordKind[] = [...FINAL_KINDS, 'retry'];
+
+/**
+ * The kinds of record a message may have: the final ones and, where the profile parks messages,
+ * the parked one (parking.ts).
+ */
+export function storedKinds(store: Store): readonly RecordKind[] {
+  return store.profile.parkRetries ? RECORD_KINDS : FINAL_KINDS;
+}
 
 export interface RestoreOptions {
   /** makes the document that goes in of the record restored (a replay's own first write goes with the insert) */

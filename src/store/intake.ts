@@ -26,13 +26,13 @@ import { Batcher } from './batcher.ts';
 import { DURABLE } from './connection.ts';
 import { storePointer } from './due-buckets.ts';
 import { retryTransient } from './failures.ts';
-import { findLiveRecord, findStoredRecord, recordKind } from './history.ts';
+import { findStoredRecord, isSuperseded, recordKind, storedKinds } from './history.ts';
 import { isDuplicateKey, ownProcessNumber, processNumberOf } from './ids.ts';
 import { insertAtEpoch, insertClaimed, takeLease } from './leases.ts';
 import { SUMMARY_FIELDS } from './listing.ts';
 import { type MessageDoc, type Ownership, retryDueOf } from './messages.ts';
 import type { LocalIntake, Store } from './mongo.ts';
-import { idMs, type RecordKind } from './partitions.ts';
+import { idMs } from './partitions.ts';
 import { type IntakeRecord, packedFor, packIntake, unpackIntake } from './records.ts';
 
 export const INTAKE_REGISTRY = 'intakes';
@@ -210,20 +210,15 @@ export async function moveFromIntake(
  * its pointer gets it here: nothing else would claim it.
  */
 async function hasDeparted(store: Store, doc: MessageDoc): Promise<boolean> {
-  const kinds: readonly RecordKind[] = store.profile.parkRetries
-    ? ['history', 'dlq', 'retry']
-    : ['history', 'dlq'];
   const [moved, records] = await Promise.all([
     store.messages.findOne({ _id: doc._id }, { projection: { _id: 1 } }),
-    Promise.all(kinds.map((kind) => findStoredRecord(store, kind, doc._id))),
+    Promise.all(storedKinds(store).map((kind) => findStoredRecord(store, kind, doc._id))),
   ]);
   if (moved) return true;
   const newest = newestCopy(records.filter((record) => record !== null));
   if (!newest || newest.version <= doc.version) return false;
-  if (
-    recordKind(newest) === 'retry' &&
-    (await findLiveRecord(store, 'retry', doc._id, { takenOutLikely: true }))
-  )
+  // the record is read already: only its marker says whether it still waits for a claim
+  if (recordKind(newest) === 'retry' && !(await isSuperseded(store, 'retry', doc._id)))
     await storePointer(store, newest, retryDueOf(newest));
   return true;
 }

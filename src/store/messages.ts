@@ -145,13 +145,18 @@ export function scheduledAs(doc: MessageDoc): MessageDoc {
   return rest.due_at ? { ...rest, scheduled: true } : rest;
 }
 
+/** When the earliest of `deliveries` that failed is to be tried again; undefined when none waits. */
+export function earliestRetry(deliveries: readonly DeliveryDoc[]): Date | undefined {
+  const waiting = deliveries
+    .filter((d) => d.state === 'failed' && d.next_attempt_at)
+    .map((d) => d.next_attempt_at!.getTime());
+  return waiting.length > 0 ? new Date(Math.min(...waiting)) : undefined;
+}
+
 /**
- * When a parked message's retry is due by its record, which keeps no `due_at` (records.ts): its
- * deliveries' earliest retry, or now when none says (a parse failure's short wait).
+ * When a parked message's retry is due by its record, which keeps no `due_at` (records.ts): as its
+ * release set it (releaseChange), or now when no delivery waits (a parse failure's short wait).
  */
 export function retryDueOf(record: MessageDoc): Date {
-  const retries = (record.deliveries ?? [])
-    .filter((delivery) => delivery.state === 'failed' && delivery.next_attempt_at)
-    .map((delivery) => delivery.next_attempt_at!.getTime());
-  return new Date(retries.length > 0 ? Math.min(...retries) : Date.now());
+  return earliestRetry(record.deliveries ?? []) ?? new Date();
 }

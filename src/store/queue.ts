@@ -49,7 +49,7 @@ export type {
   SenderAuth,
   StoredAuth,
 } from './messages.ts';
-export { scheduledAs } from './messages.ts';
+export { earliestRetry, scheduledAs } from './messages.ts';
 export type { Store } from './mongo.ts';
 export type { DuePointer, IntakeEntry, ParkedClaim };
 export {
