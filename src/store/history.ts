@@ -109,10 +109,13 @@ export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> 
     if (outcome) throw outcome;
   });
   // a replayed message may have left its earlier record in the other kind of partition (its restore
-  // takes it out, but may have been cut short): looked for first, reads that wait for no writer
+  // takes it out, but may have been cut short): looked for first, reads that wait for no writer,
+  // unless this process saw that take-out land
   if (doc.replays) {
     const other = kind === 'dlq' ? 'history' : 'dlq';
-    if (await findLiveRecord(store, other, doc._id, { takenOutLikely: true }))
+    const seen = store.takeOuts.tookOut(doc._id, other, doc.replays);
+    if (kind !== 'retry') store.takeOuts.forget(doc._id);
+    if (!seen && (await findLiveRecord(store, other, doc._id, { takenOutLikely: true })))
       await takeOutRecord(store, other, doc._id, doc.version);
   }
 }
@@ -224,6 +227,7 @@ export async function restoreRecord(
     await store.leases.deleteOne({ _id: `${record._id}:${epoch}` }).catch(() => {});
     return 'unproven';
   }
+  const replays = (record.replays ?? 0) + 1;
   // `change` (a replay's first step) leaves the ownership as it is: it is the lease's
   const doc = await insert(
     change({
@@ -232,7 +236,7 @@ export async function restoreRecord(
       version: record.version + 1,
       lease_owner: owner,
       due_at: due,
-      replays: (record.replays ?? 0) + 1,
+      replays,
     }),
   );
   if (!doc) {
@@ -240,9 +244,12 @@ export async function restoreRecord(
     return undefined;
   }
   // awaited: a marker that landed after the message was dead-lettered again would hide its new record
-  await retryTransient(() => takeOutRecord(store, recordKind(record), record._id, doc.version)).catch(
-    () => {},
+  const kind = recordKind(record);
+  const landed = await retryTransient(() => takeOutRecord(store, kind, record._id, doc.version)).then(
+    () => true,
+    () => false,
   );
+  if (landed) store.takeOuts.note(record._id, kind, replays);
   return doc;
 }
 

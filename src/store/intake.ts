@@ -254,16 +254,19 @@ export async function claimFromIntake(
  * A parked message this process claimed (its lease won: parking.ts), as `claimed` (claimedCopy),
  * into its current intake of claims: the document as stored, or undefined when a copy of it is in
  * `messages` (a replay's, or one a crash while parking left: the unique `_id` there told this when
- * claims went into `messages`). A message claimed twice within one span by this process (a short
- * retry delay) goes into `messages` the second time: an intake holds an id once.
+ * claims went into `messages`). `lookInMessages: false` where the claimant knows no copy can be
+ * there (parking.ts). A message claimed twice within one span by this process (a short retry
+ * delay) goes into `messages` the second time: an intake holds an id once.
  */
 export async function claimIntoIntake(
   store: Store,
   claims: Intake,
   claimed: MessageDoc,
+  { lookInMessages = true } = {},
 ): Promise<{ doc: MessageDoc; intake?: Intake } | undefined> {
   const id = claimed._id;
-  if (await store.messages.findOne({ _id: id }, { projection: { _id: 1 } })) return undefined;
+  if (lookInMessages && (await store.messages.findOne({ _id: id }, { projection: { _id: 1 } })))
+    return undefined;
   if (!claims.canEnter(id)) {
     const inserted = await insertAtEpoch(store, claimed);
     return inserted && { doc: inserted };

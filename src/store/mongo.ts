@@ -8,6 +8,7 @@ import type { MessageDoc } from './messages.ts';
 import { MonitorWatchdog, type MonitorWatchdogOptions } from './monitor-watchdog.ts';
 import { PartitionCatalog } from './partitions.ts';
 import { type ProfileSetting, profileFor } from './profile.ts';
+import { TakeOutNotes } from './take-out-notes.ts';
 import { gateDatabase, WriteGate } from './write-gate.ts';
 import { buildWrites, type StoreWrites } from './writes.ts';
 
@@ -25,6 +26,8 @@ export interface Store extends Connection {
   readonly writes: StoreWrites;
   /** this process's intakes by owner name, whose listings it keeps in memory (intake.ts) */
   readonly localIntakes: Map<string, LocalIntake>;
+  /** the take-outs of records this process's restores saw land (take-out-notes.ts) */
+  readonly takeOuts: TakeOutNotes;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -98,6 +101,7 @@ export async function openStore(options: OpenStoreOptions): Promise<Store> {
     ...connection,
     writes: buildWrites(connection),
     localIntakes: new Map(),
+    takeOuts: new TakeOutNotes(),
     async ping(timeoutMs = 2000) {
       try {
         await database.command({ ping: 1 }, { timeoutMS: timeoutMs });

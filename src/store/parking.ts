@@ -32,9 +32,9 @@ export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boo
 }
 
 /** The record, the listing entry, then the pointer: everything but the departure from the working set. */
-async function storeParked(store: Store, doc: MessageDoc): Promise<void> {
+async function storeParked(store: Store, doc: MessageDoc, fromIntake: boolean): Promise<void> {
   await storeRecord(store, doc);
-  await storePointer(store, doc, doc.due_at!);
+  await storePointer(store, doc, doc.due_at!, fromIntake);
 }
 
 /**
@@ -43,7 +43,7 @@ async function storeParked(store: Store, doc: MessageDoc): Promise<void> {
  * pointer then finds a newer copy and is dropped with its bucket).
  */
 export async function parkAsOwner(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
-  await storeParked(store, doc);
+  await storeParked(store, doc, false);
   return asOwnerWithRetries(owner, (tried) => store.writes.removals.submit(tried));
 }
 
@@ -52,7 +52,7 @@ export async function parkAsOwner(store: Store, owner: Ownership, doc: MessageDo
  * drop. False when a claimant of a stale intake took it meanwhile (it holds the next epoch's lease).
  */
 export async function parkFromIntake(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
-  await storeParked(store, doc);
+  await storeParked(store, doc, true);
   if ((owner.heldUntil ?? 0) > performance.now()) return true;
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
 }
@@ -118,8 +118,11 @@ export async function claimParked(
       await takeOutRecord(store, 'retry', again._id, final.version).catch(() => {});
     return { outcome: outcome ?? 'handled' };
   }
+  // parked out of an intake, and nothing moved it since (its next epoch, proven): no copy can be in
+  // `messages` (only a park from there cut short leaves one)
+  const lookInMessages = !(proven && pointer.from_intake);
   const claimed = claims
-    ? await claimIntoIntake(store, claims, claimedCopy(again, epoch, owner, expiresAt))
+    ? await claimIntoIntake(store, claims, claimedCopy(again, epoch, owner, expiresAt), { lookInMessages })
     : await insertClaimed(store, again, epoch, owner, expiresAt).then((doc) => doc && { doc });
   if (!claimed) {
     // a copy in the working set (a replay's, or one left by a crash while parking) goes first

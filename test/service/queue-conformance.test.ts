@@ -13,10 +13,11 @@ import { OwnedMessage, OwnershipLost } from '../../src/actor/owned-message.ts';
 import { takeForReplay } from '../../src/actor/replay.ts';
 import { accept as accepted, messageStep } from '../../src/lifecycle/lifecycle.ts';
 import { countMessages, type MessageCounts } from '../../src/store/counts.ts';
+import { storePointer } from '../../src/store/due-buckets.ts';
 import { storeRecord } from '../../src/store/history.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { intakeSpanMs } from '../../src/store/intake.ts';
-import type { Store } from '../../src/store/mongo.ts';
+import { openStore, type Store } from '../../src/store/mongo.ts';
 import { partitionOf, type RecordKind, supersededKind } from '../../src/store/partitions.ts';
 import type { ProfileName } from '../../src/store/profile.ts';
 import type { AcceptedMessage, DeliveryDoc, MessageDoc } from '../../src/store/queue.ts';
@@ -432,6 +433,65 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   });
 }
 
+// A parked message's pointer says whether it was parked out of an intake: then no copy of it can be
+// in `messages` at its epoch, and a claim that wins the next epoch does not look there. A park out
+// of `messages` cut short before its removal leaves the working copy, which its claim finds: it
+// claims nothing beside it.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a claim looks in the working set only for a message parked out of it`, async (t) => {
+    const { store } = await openTestDatabase(`queue${profile}`, profile, { monitorCommands: true });
+    t.teardown(async () => {
+      await store.db.dropDatabase().catch(() => {});
+      await store.intakeDb.dropDatabase().catch(() => {});
+      await store.close();
+    });
+    const fromIntake = await acceptAndPark(store, 7, 1500);
+
+    // owner-a moves the other one into `messages` (epoch 2), then dies parking it: its record and
+    // pointer are stored, its working copy is not removed
+    const intake = new queue.Intake(store, 'owner-a', 5000);
+    const inMessages = acceptedDoc(8, 'owner-a', 5000);
+    await queue.accept(store, inMessages, intake);
+    const owned = new OwnedMessage(store, inMessages, intake);
+    await owned.write({ set: { parse_failures: 1 } });
+    const working = await store.messages.findOne({ _id: inMessages._id });
+    t.like(working, { lease_epoch: 2, lease_owner: 'owner-a' });
+    const dueAt = new Date(Date.now() + 1000);
+    const released = applyChange(working!, { set: { due_at: dueAt }, unset: ['lease_owner'] });
+    await storeRecord(store, released);
+    await storePointer(store, released, dueAt);
+    await sleep(dueAt.getTime() - Date.now() + 50);
+
+    const pointers = (
+      await Promise.all(
+        (await queue.dueRetryBuckets(store, Date.now())).map((name) => queue.readRetryBucket(store, name)),
+      )
+    ).flat();
+    const pointerOf = (id: string) => pointers.find((pointer) => pointer.message === id);
+    t.is(pointerOf(fromIntake._id)?.from_intake, true);
+    t.is(pointerOf(inMessages._id)?.from_intake, undefined);
+
+    const commands: string[] = [];
+    store.client.on('commandStarted', (event) => {
+      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
+    });
+    const claims = new queue.Intake(store, 'owner-b', 5000, 'claims');
+    const claimed = await queue.claim(store, pointerOf(fromIntake._id)!, 'owner-b', 5000, claims);
+    t.like(claimed, { outcome: 'claimed', doc: { lease_epoch: 2, lease_owner: 'owner-b' } });
+    t.deepEqual(
+      commands.filter((command) => command.startsWith('find messages')),
+      [],
+      `parked out of an intake: \`messages\` not read (${commands.join(', ')})`,
+    );
+
+    const held = await queue.claim(store, pointerOf(inMessages._id)!, 'owner-b', 5000, claims);
+    t.is(held.outcome, 'held', 'its working copy is there: nothing claimed beside it');
+    t.true(commands.some((command) => command.startsWith('find messages')));
+    t.like(await store.messages.findOne({ _id: inMessages._id }), { lease_epoch: 2, lease_owner: 'owner-a' });
+    t.is(await store.leases.findOne({ _id: `${inMessages._id}:3` }), null, 'its lease given back');
+  });
+}
+
 // Where the profile supersedes records: a claimed message parked again replaces its superseded
 // record, which is live again (counted, and claimed by its new pointer), while the old pointer,
 // read again, claims nothing.
@@ -585,5 +645,85 @@ for (const profile of PROFILES) {
     await store.leases.insertOne({ _id: `${other._id}:2`, owner: 'owner-y', expires_at: new Date(0) });
     const replayed = await takeForReplay(store, other._id, owner, undefined, 'dlq');
     t.like(replayed, { outcome: 'ok', written: true, doc: { lease_epoch: 3, lease_owner: 'owner-r' } });
+  });
+}
+
+// A replay's restore takes the record it came from out; when the replayed message is final again,
+// a record of the other kind left live (a take-out cut short) is taken out then. The process that
+// saw its own restore's take-out land does not read for it; any other looks, and takes out what it
+// finds live.
+for (const profile of PROFILES) {
+  test(`${profile} profile: a replayed message's finish looks for its earlier record unless its take-out was seen`, async (t) => {
+    const { store, uri, dbName } = await openTestDatabase(`queue${profile}`, profile, {
+      monitorCommands: true,
+    });
+    // another process on the same database
+    const another = await openStore({ uri, dbName, profile, ensureIndexes: false });
+    t.teardown(async () => {
+      await another.close();
+      await store.db.dropDatabase().catch(() => {});
+      await store.intakeDb.dropDatabase().catch(() => {});
+      await store.close();
+    });
+    const intake = store.profile.intakeCollections ? new queue.Intake(store, 'owner-a', 5000) : undefined;
+    const deliverDropped = (owned: OwnedMessage) => {
+      const at = new Date();
+      const parsed = messageStep('queued', 'parse_ok', at);
+      const dropped = messageStep(parsed.state, 'dropped', at);
+      return owned.write({
+        set: { state: dropped.state },
+        unset: ['due_at', 'lease_owner'],
+        history: [parsed.entry, dropped.entry],
+      });
+    };
+    const replayOf = async (n: number, restoring: Store) => {
+      const doc = acceptedDoc(n, 'owner-a', 5000);
+      await queue.accept(store, doc, intake);
+      await deadLetter(new OwnedMessage(store, doc, intake), 'not MIME');
+      const claims = restoring.profile.intakeCollections
+        ? new queue.Intake(restoring, 'owner-r', 5000, 'claims')
+        : undefined;
+      const restored = await queue.restore(restoring, (await getMessage(store, doc._id))!, 'owner-r', 5000, {
+        change: (one) => applyChange(one, decideReplay(one, new Date())),
+        claims,
+      });
+      t.truthy(restored);
+      return restored!;
+    };
+    const commands: string[] = [];
+    store.client.on('commandStarted', (event) => {
+      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
+    });
+    const dlqReads = () => commands.filter((command) => /^find dlq_/.test(command));
+
+    // restored and delivered by this process: its dead letter record is known to be out
+    const seen = await replayOf(1, store);
+    t.is(
+      await recordState(store, 'dlq', seen.doc._id),
+      store.profile.supersedeRecords ? 'superseded' : 'gone',
+    );
+    commands.length = 0;
+    await deliverDropped(new OwnedMessage(store, seen.doc, seen.intake));
+    t.deepEqual(dlqReads(), [], `no dead letter record or marker read: ${commands.join(', ')}`);
+    t.like(await getMessage(store, seen.doc._id), { state: 'delivered', replays: 1 });
+    t.is((await countMessages(store)).dlq, 0);
+
+    // restored by another process, whose take-out was cut short: the record is live, and this
+    // process's finish finds it and takes it out
+    const elsewhere = await replayOf(2, another);
+    const id = elsewhere.doc._id;
+    if (store.profile.supersedeRecords)
+      await store.db.collection(partitionOf('dlq_superseded', id)).deleteMany({ _id: id as never });
+    else
+      await store.db
+        .collection<ArchivedRecord>(partitionOf('dlq', id))
+        .insertOne(packRecord({ ...elsewhere.doc, state: 'dlq', version: elsewhere.doc.version - 1 }));
+    t.is(await recordState(store, 'dlq', id), 'live');
+    commands.length = 0;
+    await deliverDropped(new OwnedMessage(store, elsewhere.doc, elsewhere.intake));
+    t.true(dlqReads().length > 0);
+    t.is(await recordState(store, 'dlq', id), store.profile.supersedeRecords ? 'superseded' : 'gone');
+    t.like(await getMessage(store, id), { state: 'delivered', replays: 1 });
+    t.is((await countMessages(store)).dlq, 0);
   });
 }
