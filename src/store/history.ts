@@ -61,8 +61,17 @@ export async function findStoredRecord(
   kind: RecordKind,
   id: string,
 ): Promise<MessageDoc | null> {
+  return (await findStoredRecordAndOrigin(store, kind, id))?.doc ?? null;
+}
+
+/** findStoredRecord, and whether the record was stored out of an intake (records.ts, `from_intake`). */
+export async function findStoredRecordAndOrigin(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+): Promise<{ doc: MessageDoc; fromIntake: boolean } | null> {
   const record = await store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id });
-  return record ? unpackRecord(record) : null;
+  return record ? { doc: unpackRecord(record), fromIntake: record.from_intake === true } : null;
 }
 
 /** Whether a record of `kind` was superseded and left in place (takeOutRecord): its marker. */
@@ -97,12 +106,16 @@ export async function findLiveRecord(
  * there (a re-run after a crash, a message parked again, one superseded and left in place) is
  * replaced, and is no longer superseded (writes.ts).
  */
-export async function storeRecord(store: Store, doc: MessageDoc): Promise<void> {
+export async function storeRecord(
+  store: Store,
+  doc: MessageDoc,
+  { fromIntake = false }: { fromIntake?: boolean } = {},
+): Promise<void> {
   const kind = recordKind(doc);
   const name = partitionOf(kind, doc._id);
   // inline bytes go to `raw_<day>` with the first record, parked or final (records.ts, packRecord)
   const raw = rawDocumentOf(doc);
-  const record = packRecord(doc);
+  const record = packRecord(doc, fromIntake);
   const archived = { record, entry: entryOf(doc), ...(raw ? { raw } : {}) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(name, archived);
@@ -139,7 +152,7 @@ export async function archiveAsOwner(store: Store, owner: Ownership, doc: Messag
  * of the two sees the other) holds the next epoch's lease. Returns false when one does.
  */
 export async function archiveFromIntake(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
-  await storeRecord(store, doc);
+  await storeRecord(store, doc, { fromIntake: true });
   if ((owner.heldUntil ?? 0) > performance.now()) return true;
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
 }
@@ -265,7 +278,10 @@ export async function insertRecords(store: Store, docs: readonly MessageDoc[]): 
     const raws = some.flatMap((doc) => rawDocumentOf(doc) ?? []);
     if (raws.length > 0) await storeRawDocuments(store, raws);
     store.partitions.note(name);
-    const outcomes = await insertEach(store.db.collection<ArchivedRecord>(name), some.map(packRecord));
+    const outcomes = await insertEach(
+      store.db.collection<ArchivedRecord>(name),
+      some.map((doc) => packRecord(doc)),
+    );
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
     if (failed) throw failed;
     // records already there (a run cut short) get their entries again: a duplicate entry is harmless

@@ -33,7 +33,7 @@ export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boo
 
 /** The record, the listing entry, then the pointer: everything but the departure from the working set. */
 async function storeParked(store: Store, doc: MessageDoc, fromIntake: boolean): Promise<void> {
-  await storeRecord(store, doc);
+  await storeRecord(store, doc, { fromIntake });
   await storePointer(store, doc, doc.due_at!, fromIntake);
 }
 

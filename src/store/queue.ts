@@ -200,7 +200,11 @@ export function expireLeases(store: Store, before: Date): Promise<number> {
 
 // ---------- an operator's and the 451's moves ----------
 
-type RestoreMoveOptions = Pick<RestoreOptions, 'change' | 'nextEpochOnly'> & { claims?: Intake | undefined };
+type RestoreMoveOptions = Pick<RestoreOptions, 'change' | 'nextEpochOnly'> & {
+  claims?: Intake | undefined;
+  /** false: no copy can be in `messages` (claimIntoIntake); only with `nextEpochOnly` */
+  lookInMessages?: boolean;
+};
 /** A restored message, and the intake of claims it went into, if any. */
 type Restored = { doc: MessageDoc; intake?: Intake };
 
@@ -229,11 +233,13 @@ export async function restore(
   record: MessageDoc,
   owner: string,
   leaseMs: number,
-  { change, claims, nextEpochOnly }: RestoreMoveOptions = {},
+  { change, claims, nextEpochOnly, lookInMessages = true }: RestoreMoveOptions = {},
 ): Promise<Restored | undefined | 'unproven'> {
   let intake: Intake | undefined;
   const intoClaims = async (restored: MessageDoc) => {
-    const entered = await claimIntoIntake(store, claims!, restored);
+    const entered = await claimIntoIntake(store, claims!, restored, {
+      lookInMessages: lookInMessages || !nextEpochOnly,
+    });
     intake = entered?.intake;
     return entered?.doc;
   };

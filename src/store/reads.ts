@@ -6,7 +6,7 @@
 // whole history.
 import type { Filter } from 'mongodb';
 import type { MessageStateName } from '../lifecycle/tables.ts';
-import { findRecord, findStoredRecord } from './history.ts';
+import { findRecord, findStoredRecordAndOrigin } from './history.ts';
 import { isId } from './ids.ts';
 import { findInIntakes, type IntakeEntry, listIntakes, localIntakeKey, readIntake } from './intake.ts';
 import { LEASE_KEEP_MS } from './leases.ts';
@@ -60,12 +60,13 @@ export async function locateMessage(
 export async function findDeadLetter(
   store: Store,
   id: string,
-): Promise<{ doc: MessageDoc; inFlight: false } | null> {
+): Promise<{ doc: MessageDoc; inFlight: false; fromIntake: boolean } | null> {
   if (!isId('m', id)) return null;
-  const record = await findStoredRecord(store, 'dlq', id);
+  const found = await findStoredRecordAndOrigin(store, 'dlq', id);
+  if (!found) return null;
   // half the keep time: the dead-lettering's time is another process's clock
-  const recent = record && Date.now() - (record.history.at(-1)?.at.getTime() ?? 0) < LEASE_KEEP_MS / 2;
-  return recent ? { doc: record, inFlight: false } : null;
+  const recent = Date.now() - (found.doc.history.at(-1)?.at.getTime() ?? 0) < LEASE_KEEP_MS / 2;
+  return recent ? { doc: found.doc, inFlight: false, fromIntake: found.fromIntake } : null;
 }
 
 /**

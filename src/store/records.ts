@@ -14,6 +14,11 @@ import type { MessageDoc } from './messages.ts';
  */
 export interface ArchivedRecord extends MessageSummary {
   detail: Binary;
+  /**
+   * stored by an owner whose copy was in an intake (intake.ts): no copy of the message was in
+   * `messages` at the record's epoch, so a restore proven to be its next move need not look there
+   */
+  from_intake?: true;
 }
 
 /**
@@ -44,16 +49,20 @@ function partFields(doc: object, groups: ReadonlyArray<ReadonlySet<string>>): Ar
 const packed = (fields: Record<string, unknown>) => new Binary(BSON.serialize(fields));
 
 /** Packs a final message for its partition, leaving out what belongs to the working set only. */
-export function packRecord(doc: MessageDoc): ArchivedRecord {
+export function packRecord(doc: MessageDoc, fromIntake = false): ArchivedRecord {
   // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it: a parked
   // record too, which its claim, its take-out and its copy's removal then each decode without them
   const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
   const [summary, detail] = partFields(record, [SUMMARY_KEYS]);
-  return { ...(summary as unknown as MessageSummary), detail: packed(detail!) };
+  return {
+    ...(summary as unknown as MessageSummary),
+    detail: packed(detail!),
+    ...(fromIntake ? { from_intake: true as const } : {}),
+  };
 }
 
 export function unpackRecord(record: ArchivedRecord): MessageDoc {
-  const { detail, ...summary } = record;
+  const { detail, from_intake: _fromIntake, ...summary } = record;
   return { ...summary, ...(BSON.deserialize(detail.buffer) as Omit<MessageDoc, keyof MessageSummary>) };
 }
 

@@ -727,3 +727,64 @@ for (const profile of PROFILES) {
     t.is((await countMessages(store)).dlq, 0);
   });
 }
+
+// A dead letter record says whether its message was dead-lettered out of an intake: then no copy of
+// it can be in `messages` at its epoch, and a bulk replay proven to be its next move does not look
+// there. One dead-lettered out of `messages` by an owner that died before its removal leaves its
+// working copy, which the replay finds: it restores nothing beside it.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a bulk replay looks in the working set only for a dead letter that left it`, async (t) => {
+    const { store } = await openTestDatabase(`queue${profile}`, profile, { monitorCommands: true });
+    t.teardown(async () => {
+      await store.db.dropDatabase().catch(() => {});
+      await store.intakeDb.dropDatabase().catch(() => {});
+      await store.close();
+    });
+    const intake = new queue.Intake(store, 'owner-a', 5000);
+    const bytes = Buffer.from('Subject: queue 9\r\n\r\nbody\r\n');
+    const fromIntake = withRaw(acceptedDoc(9, 'owner-a', 5000), bytes);
+    await queue.accept(store, fromIntake, intake);
+    await deadLetter(new OwnedMessage(store, fromIntake, intake), 'not MIME');
+
+    // owner-a moves the other one into `messages` (epoch 2), then dies dead-lettering it: its record
+    // is stored, its working copy is not removed
+    const inMessages = withRaw(acceptedDoc(10, 'owner-a', 5000), bytes);
+    await queue.accept(store, inMessages, intake);
+    await new OwnedMessage(store, inMessages, intake).write({ set: { parse_failures: 1 } });
+    const working = await store.messages.findOne({ _id: inMessages._id });
+    t.like(working, { lease_epoch: 2, lease_owner: 'owner-a' });
+    const step = messageStep('queued', 'unparseable', new Date(), 'not MIME');
+    await storeRecord(store, {
+      ...applyChange(working!, {
+        set: { state: step.state, error: 'not MIME' },
+        unset: ['due_at', 'lease_owner'],
+        history: [step.entry],
+      }),
+      version: working!.version + 1,
+    });
+
+    const commands: string[] = [];
+    store.client.on('commandStarted', (event) => {
+      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
+    });
+    const owner = {
+      name: 'owner-r',
+      leaseMs: 5000,
+      drives: () => false,
+      finished: async () => {},
+      claims: new queue.Intake(store, 'owner-r', 5000, 'claims'),
+    };
+    const replayed = await takeForReplay(store, fromIntake._id, owner, undefined, 'dlq');
+    t.like(replayed, { outcome: 'ok', written: true, doc: { lease_epoch: 2, lease_owner: 'owner-r' } });
+    t.deepEqual(
+      commands.filter((command) => command.startsWith('find messages')),
+      [],
+      `dead-lettered out of an intake: \`messages\` not read (${commands.join(', ')})`,
+    );
+
+    const refused = await takeForReplay(store, inMessages._id, owner, undefined, 'dlq');
+    t.is(refused.outcome, 'invalid_state', 'its working copy is there: nothing restored beside it');
+    t.like(await store.messages.findOne({ _id: inMessages._id }), { lease_epoch: 2, lease_owner: 'owner-a' });
+    t.is(await store.leases.findOne({ _id: `${inMessages._id}:3` }), null, 'its lease given back');
+  });
+}

@@ -63,6 +63,10 @@ test('unpacking gives the record back, without what belongs to the working set',
   const back = unpackRecord(packRecord(doc));
   t.deepEqual(back, expected);
   t.true(back.history[0]!.at instanceof Date);
+  // where the record was stored from is the record's, not the message's
+  const fromIntake = packRecord(doc, true);
+  t.is(fromIntake.from_intake, true);
+  t.deepEqual(unpackRecord(fromIntake), expected);
 });
 
 test("an intake keeps as fields what its own filters read; the listing's summary is packed apart", (t) => {
