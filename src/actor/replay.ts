@@ -71,9 +71,7 @@ export async function takeForReplay(
       change: replayed,
       claims: owner.claims,
       nextEpochOnly: listedDead !== null,
-      // dead-lettered out of an intake, and (its next epoch won) nothing moved it since: no copy
-      // can be in `messages`
-      lookInMessages: !listedDead?.fromIntake,
+      recordFromIntake: listedDead?.fromIntake === true,
     });
     // read alone, the record is not proven the latest copy: looked up whole, as any replay is
     if (restored === 'unproven') return takeForReplay(store, id, owner, to);

@@ -1,7 +1,7 @@
 // The due pointers of parked messages (parking.ts), in buckets of their due time: a pointer
-// `{_id: <id>:<version>, message, epoch, version, due_at, from_intake?}` goes into
-// `due_<YYYYMMDDHHmmss>`, a collection per DUE_BUCKET_MS in the intake database, which the
-// scheduler reads whole once its time has come and drops once every pointer in it is handled.
+// `{_id: <id>:<version>, message, epoch, version, due_at}` goes into `due_<YYYYMMDDHHmmss>`, a
+// collection per DUE_BUCKET_MS in the intake database, which the scheduler reads whole once its
+// time has come and drops once every pointer in it is handled.
 import type { Collection } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey } from './ids.ts';
@@ -18,11 +18,6 @@ export interface DuePointer {
   /** the parked record's version: a record with another one was claimed or parked again since */
   version: number;
   due_at: Date;
-  /**
-   * parked out of an intake (parking.ts, parkFromIntake): no copy of the message is in `messages` at
-   * its epoch, so a claim that wins the next epoch need not look there
-   */
-  from_intake?: true;
 }
 
 /**
@@ -65,19 +60,13 @@ const bucket = (store: Store, name: string): Collection<DuePointer> =>
  * that one's span has ended; stored again, it is the same pointer (its `_id`), and a second one in
  * another bucket is handled by its claim as any pointer whose record moved on.
  */
-export async function storePointer(
-  store: Store,
-  record: MessageDoc,
-  dueAt: Date,
-  fromIntake = false,
-): Promise<void> {
+export async function storePointer(store: Store, record: MessageDoc, dueAt: Date): Promise<void> {
   const pointer: DuePointer = {
     _id: `${record._id}:${record.version}`,
     message: record._id,
     epoch: record.lease_epoch,
     version: record.version,
     due_at: dueAt,
-    ...(fromIntake ? { from_intake: true as const } : {}),
   };
   for (;;) {
     // never into a bucket whose span has ended: a scheduler may be about to drop it

@@ -64,12 +64,21 @@ export async function findStoredRecord(
   return (await findStoredRecordAndOrigin(store, kind, id))?.doc ?? null;
 }
 
-/** findStoredRecord, and whether the record was stored out of an intake (records.ts, `from_intake`). */
+/**
+ * A record as read, and whether it was stored out of an intake (records.ts, `from_intake`): then no
+ * copy of its message was in `messages` at its epoch.
+ */
+export interface StoredRecord {
+  doc: MessageDoc;
+  fromIntake: boolean;
+}
+
+/** findStoredRecord, and whether the record was stored out of an intake. */
 export async function findStoredRecordAndOrigin(
   store: Store,
   kind: RecordKind,
   id: string,
-): Promise<{ doc: MessageDoc; fromIntake: boolean } | null> {
+): Promise<StoredRecord | null> {
   const record = await store.db.collection<ArchivedRecord>(partitionOf(kind, id)).findOne({ _id: id });
   return record ? { doc: unpackRecord(record), fromIntake: record.from_intake === true } : null;
 }
@@ -91,11 +100,22 @@ export async function findLiveRecord(
   store: Store,
   kind: RecordKind,
   id: string,
-  { takenOutLikely = false } = {},
+  options: { takenOutLikely?: boolean } = {},
 ): Promise<MessageDoc | null> {
-  if (takenOutLikely) return (await isSuperseded(store, kind, id)) ? null : findStoredRecord(store, kind, id);
+  return (await findLiveRecordAndOrigin(store, kind, id, options))?.doc ?? null;
+}
+
+/** findLiveRecord, and whether the record was stored out of an intake (records.ts, `from_intake`). */
+export async function findLiveRecordAndOrigin(
+  store: Store,
+  kind: RecordKind,
+  id: string,
+  { takenOutLikely = false } = {},
+): Promise<StoredRecord | null> {
+  if (takenOutLikely)
+    return (await isSuperseded(store, kind, id)) ? null : findStoredRecordAndOrigin(store, kind, id);
   const [record, superseded] = await Promise.all([
-    findStoredRecord(store, kind, id),
+    findStoredRecordAndOrigin(store, kind, id),
     isSuperseded(store, kind, id),
   ]);
   return superseded ? null : record;

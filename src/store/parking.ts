@@ -18,7 +18,13 @@
 import { type DuePointer, storePointer } from './due-buckets.ts';
 import { retryTransient } from './failures.ts';
 import { asOwnerWithRetries } from './fencing.ts';
-import { findLiveRecord, findRecord, storeRecord, takeOutRecord } from './history.ts';
+import {
+  findLiveRecordAndOrigin,
+  findRecord,
+  type StoredRecord,
+  storeRecord,
+  takeOutRecord,
+} from './history.ts';
 import { claimIntoIntake, type Intake } from './intake.ts';
 import { claimedCopy, insertClaimed, LEASE_KEEP_MS, takeLease } from './leases.ts';
 import type { MessageDoc, Ownership } from './messages.ts';
@@ -34,7 +40,7 @@ export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boo
 /** The record, the listing entry, then the pointer: everything but the departure from the working set. */
 async function storeParked(store: Store, doc: MessageDoc, fromIntake: boolean): Promise<void> {
   await storeRecord(store, doc, { fromIntake });
-  await storePointer(store, doc, doc.due_at!, fromIntake);
+  await storePointer(store, doc, doc.due_at!);
 }
 
 /**
@@ -57,9 +63,12 @@ export async function parkFromIntake(store: Store, owner: Ownership, doc: Messag
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
 }
 
-/** The parked record of a message, by exact `_id` on the partition its id names, unless superseded. */
-function findParked(store: Store, id: string): Promise<MessageDoc | null> {
-  return findLiveRecord(store, 'retry', id);
+/**
+ * The parked record of a message, by exact `_id` on the partition its id names, unless superseded,
+ * and whether it was parked out of an intake.
+ */
+function findParked(store: Store, id: string): Promise<StoredRecord | null> {
+  return findLiveRecordAndOrigin(store, 'retry', id);
 }
 
 /**
@@ -95,7 +104,8 @@ export async function claimParked(
   claims?: Intake,
 ): Promise<ParkedClaim> {
   const id = pointer.message;
-  const parked = await findParked(store, id);
+  const found = await findParked(store, id);
+  const parked = found?.doc;
   if (parked?.version !== pointer.version) return { outcome: 'handled' };
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, id, pointer.epoch, owner, expiresAt);
@@ -104,11 +114,12 @@ export async function claimParked(
   const next = epoch === pointer.epoch + 1;
   // half the keep time: the park's time is another process's clock
   const proven = next && Date.now() - parkedAt(parked) < LEASE_KEEP_MS / 2;
-  const [again, live, final] = await Promise.all([
-    next ? parked : findParked(store, id),
+  const [foundAgain, live, final] = await Promise.all([
+    next ? found : findParked(store, id),
     next ? null : store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
     proven ? null : findRecord(store, id, FINAL_KINDS),
   ]);
+  const again = foundAgain?.doc;
   const outcome =
     again?.version !== pointer.version ? 'handled' : live ? 'held' : final ? 'handled' : undefined;
   if (outcome || !again) {
@@ -120,7 +131,7 @@ export async function claimParked(
   }
   // parked out of an intake, and nothing moved it since (its next epoch, proven): no copy can be in
   // `messages` (only a park from there cut short leaves one)
-  const lookInMessages = !(proven && pointer.from_intake);
+  const lookInMessages = !(proven && foundAgain!.fromIntake);
   const claimed = claims
     ? await claimIntoIntake(store, claims, claimedCopy(again, epoch, owner, expiresAt), { lookInMessages })
     : await insertClaimed(store, again, epoch, owner, expiresAt).then((doc) => doc && { doc });

@@ -202,8 +202,8 @@ export function expireLeases(store: Store, before: Date): Promise<number> {
 
 type RestoreMoveOptions = Pick<RestoreOptions, 'change' | 'nextEpochOnly'> & {
   claims?: Intake | undefined;
-  /** false: no copy can be in `messages` (claimIntoIntake); only with `nextEpochOnly` */
-  lookInMessages?: boolean;
+  /** the record was stored out of an intake (history.ts, StoredRecord) */
+  recordFromIntake?: boolean;
 };
 /** A restored message, and the intake of claims it went into, if any. */
 type Restored = { doc: MessageDoc; intake?: Intake };
@@ -233,13 +233,14 @@ export async function restore(
   record: MessageDoc,
   owner: string,
   leaseMs: number,
-  { change, claims, nextEpochOnly, lookInMessages = true }: RestoreMoveOptions = {},
+  { change, claims, nextEpochOnly, recordFromIntake }: RestoreMoveOptions = {},
 ): Promise<Restored | undefined | 'unproven'> {
   let intake: Intake | undefined;
+  // stored out of an intake, and (its next epoch won) nothing moved it since: no copy can be in
+  // `messages` (only a move out of there cut short leaves one)
+  const lookInMessages = !(nextEpochOnly && recordFromIntake);
   const intoClaims = async (restored: MessageDoc) => {
-    const entered = await claimIntoIntake(store, claims!, restored, {
-      lookInMessages: lookInMessages || !nextEpochOnly,
-    });
+    const entered = await claimIntoIntake(store, claims!, restored, { lookInMessages });
     intake = entered?.intake;
     return entered?.doc;
   };

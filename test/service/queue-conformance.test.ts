@@ -46,14 +46,27 @@ function acceptedDoc(n: number, owner: string, leaseMs: number): AcceptedMessage
   });
 }
 
-async function openProfile(t: { teardown: (fn: () => Promise<void>) => void }, profile: ProfileName) {
-  const { store } = await openTestDatabase(`queue${profile}`, profile);
+async function openProfile(
+  t: { teardown: (fn: () => Promise<void>) => void },
+  profile: ProfileName,
+  options: { monitorCommands?: boolean } = {},
+) {
+  const { store } = await openTestDatabase(`queue${profile}`, profile, options);
   t.teardown(async () => {
     await store.db.dropDatabase().catch(() => {});
     await store.intakeDb.dropDatabase().catch(() => {});
     await store.close();
   });
   return store;
+}
+
+/** The commands `store` sends from now on (opened with `monitorCommands`), as `<name> <collection>`. */
+function watchCommands(store: Store): string[] {
+  const commands: string[] = [];
+  store.client.on('commandStarted', (event) => {
+    commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
+  });
+  return commands;
 }
 
 /** Where a record of `kind` is: in its partition (live, or left there marked superseded) or gone. */
@@ -433,18 +446,13 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   });
 }
 
-// A parked message's pointer says whether it was parked out of an intake: then no copy of it can be
+// A parked message's record says whether it was parked out of an intake: then no copy of it can be
 // in `messages` at its epoch, and a claim that wins the next epoch does not look there. A park out
 // of `messages` cut short before its removal leaves the working copy, which its claim finds: it
 // claims nothing beside it.
 for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   test(`${profile} profile: a claim looks in the working set only for a message parked out of it`, async (t) => {
-    const { store } = await openTestDatabase(`queue${profile}`, profile, { monitorCommands: true });
-    t.teardown(async () => {
-      await store.db.dropDatabase().catch(() => {});
-      await store.intakeDb.dropDatabase().catch(() => {});
-      await store.close();
-    });
+    const store = await openProfile(t, profile, { monitorCommands: true });
     const fromIntake = await acceptAndPark(store, 7, 1500);
 
     // owner-a moves the other one into `messages` (epoch 2), then dies parking it: its record and
@@ -468,13 +476,13 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
       )
     ).flat();
     const pointerOf = (id: string) => pointers.find((pointer) => pointer.message === id);
-    t.is(pointerOf(fromIntake._id)?.from_intake, true);
-    t.is(pointerOf(inMessages._id)?.from_intake, undefined);
+    // the parked record says where it was parked from
+    const parkedRecord = (id: string) =>
+      store.db.collection<ArchivedRecord>(partitionOf('retry', id)).findOne({ _id: id });
+    t.is((await parkedRecord(fromIntake._id))?.from_intake, true);
+    t.is((await parkedRecord(inMessages._id))?.from_intake, undefined);
 
-    const commands: string[] = [];
-    store.client.on('commandStarted', (event) => {
-      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
-    });
+    const commands = watchCommands(store);
     const claims = new queue.Intake(store, 'owner-b', 5000, 'claims');
     const claimed = await queue.claim(store, pointerOf(fromIntake._id)!, 'owner-b', 5000, claims);
     t.like(claimed, { outcome: 'claimed', doc: { lease_epoch: 2, lease_owner: 'owner-b' } });
@@ -554,12 +562,7 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   test(`${profile} profile: a pointer whose claim is done is handled on its marker, without a lease`, async (t) => {
     // one client, its commands watched (a second client's pool held connections the other tests'
     // FerretDB over PostgreSQL needed)
-    const { store } = await openTestDatabase(`queue${profile}`, profile, { monitorCommands: true });
-    t.teardown(async () => {
-      await store.db.dropDatabase().catch(() => {});
-      await store.intakeDb.dropDatabase().catch(() => {});
-      await store.close();
-    });
+    const store = await openProfile(t, profile, { monitorCommands: true });
     const doc = await acceptAndPark(store, 6, 1500);
     const [pointer] = (
       await Promise.all(
@@ -578,10 +581,7 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     t.is(first.outcome, 'claimed');
     await sleep(leaseMs + 200);
 
-    const commands: string[] = [];
-    store.client.on('commandStarted', (event) => {
-      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
-    });
+    const commands = watchCommands(store);
     const again = await queue.claim(store, pointer!, 'owner-c', 5000);
     t.is(again.outcome, 'handled');
     t.deepEqual(
@@ -690,10 +690,7 @@ for (const profile of PROFILES) {
       t.truthy(restored);
       return restored!;
     };
-    const commands: string[] = [];
-    store.client.on('commandStarted', (event) => {
-      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
-    });
+    const commands = watchCommands(store);
     const dlqReads = () => commands.filter((command) => /^find dlq_/.test(command));
 
     // restored and delivered by this process: its dead letter record is known to be out
@@ -734,12 +731,7 @@ for (const profile of PROFILES) {
 // working copy, which the replay finds: it restores nothing beside it.
 for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   test(`${profile} profile: a bulk replay looks in the working set only for a dead letter that left it`, async (t) => {
-    const { store } = await openTestDatabase(`queue${profile}`, profile, { monitorCommands: true });
-    t.teardown(async () => {
-      await store.db.dropDatabase().catch(() => {});
-      await store.intakeDb.dropDatabase().catch(() => {});
-      await store.close();
-    });
+    const store = await openProfile(t, profile, { monitorCommands: true });
     const intake = new queue.Intake(store, 'owner-a', 5000);
     const bytes = Buffer.from('Subject: queue 9\r\n\r\nbody\r\n');
     const fromIntake = withRaw(acceptedDoc(9, 'owner-a', 5000), bytes);
@@ -763,10 +755,7 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
       version: working!.version + 1,
     });
 
-    const commands: string[] = [];
-    store.client.on('commandStarted', (event) => {
-      commands.push(`${event.commandName} ${String(event.command[event.commandName])}`);
-    });
+    const commands = watchCommands(store);
     const owner = {
       name: 'owner-r',
       leaseMs: 5000,
