@@ -143,7 +143,26 @@ export function insertClaimed(
  */
 export const LEASE_KEEP_MS = 60 * 60_000;
 
-/** Expiry is a periodic delete (FerretDB has no TTL indexes). */
+/**
+ * Expired leases are deleted at most this many a command: FerretDB 1.24 deletes the documents a
+ * filter matched with one statement naming each, which PostgreSQL refuses above 65,535 parameters
+ * and SQLite above 32,766. A drain of 100,000 leaves more than that expiring within a minute, and
+ * a delete by the expiry filter alone then failed at every round from an hour later on, while the
+ * leases it could not delete piled up.
+ */
+const EXPIRY_BATCH = 10_000;
+
+/** Expiry is a periodic delete (FerretDB has no TTL indexes), in batches (EXPIRY_BATCH). */
 export async function deleteExpiredLeases(store: Store, before: Date): Promise<number> {
-  return (await store.leases.deleteMany({ expires_at: { $lt: before } })).deletedCount;
+  let deleted = 0;
+  for (;;) {
+    const expired = await store.leases
+      .find({ expires_at: { $lt: before } }, { projection: { _id: 1 } })
+      .limit(EXPIRY_BATCH)
+      .toArray();
+    if (expired.length === 0) return deleted;
+    const ids = expired.map((lease) => lease._id);
+    deleted += (await store.leases.deleteMany({ _id: { $in: ids } })).deletedCount;
+    if (expired.length < EXPIRY_BATCH) return deleted;
+  }
 }
