@@ -30,7 +30,6 @@ export interface ActorSystemOptions extends Omit<ActorDeps, 'logger'> {
   maxActors?: number;
 }
 
-const LEASE_CLEANUP_EVERY_MS = 60_000;
 /** how often a refused acceptance's late writes are looked for and removed (abandoned.ts) */
 const ABANDONED_SWEEP_MS = 1000;
 /**
@@ -158,10 +157,6 @@ export class ActorSystem {
     };
     schedule(() => this.poll(), this.pollMs);
     schedule(() => this.renewLeases(), Math.max(100, Math.floor(this.options.leaseMs / 3)));
-    schedule(
-      () => queue.expireLeases(this.options.store, new Date(Date.now() - queue.LEASE_KEEP_MS)),
-      LEASE_CLEANUP_EVERY_MS,
-    );
     schedule(() => this.abandoned.sweep(this.options.store, this.deps.logger), ABANDONED_SWEEP_MS);
   }
 

@@ -1,10 +1,12 @@
 // Background upkeep of the history, run by the primary alone, in bounded steps with pauses between
 // them so that it never competes with the hot path: retention drops whole partitions once their
 // UTC day is older than the settings (records and their listings: RECORD_RETENTION, raw bytes:
-// RAW_RETENTION); and the partitions the hot path will write next are made ahead of it.
+// RAW_RETENTION); the partitions the hot path will write next are made ahead of it; and leases
+// past their keep time are deleted (leases.ts).
 import { EVENTS } from '../log/events.ts';
 import type { Logger } from '../log/logger.ts';
 import { readIntakes } from './intake.ts';
+import { deleteExpiredLeases, LEASE_KEEP_MS } from './leases.ts';
 import type { Store } from './mongo.ts';
 import {
   dayEnd,
@@ -33,6 +35,8 @@ export interface HousekeepingReport {
   dropped: string[];
   /** raw partitions past retention kept because a message in flight still needs them */
   kept: string[];
+  /** leases deleted, past LEASE_KEEP_MS since they expired */
+  expiredLeases?: number;
 }
 
 /** The pause between two drops. */
@@ -97,6 +101,8 @@ export class Housekeeping {
     const report: HousekeepingReport = { dropped: [], kept: [] };
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
+    // here, not in each worker every minute: on FerretDB its filter reads the whole of `leases`
+    report.expiredLeases = await deleteExpiredLeases(store, new Date(now - LEASE_KEEP_MS));
     let inFlight: number[] | undefined;
     // decided once per day, before any of the day's partitions is dropped (its markers among them)
     const parkedOn = new Map<string, Promise<boolean>>();

@@ -32,7 +32,7 @@ import {
   readIntake,
   staleIntakes,
 } from './intake.ts';
-import { claimMessage, deleteExpiredLeases, findDue, LEASE_KEEP_MS } from './leases.ts';
+import { claimMessage, findDue, LEASE_KEEP_MS } from './leases.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { claimParked, isParkable, type ParkedClaim, parkAsOwner, parkFromIntake } from './parking.ts';
@@ -191,11 +191,6 @@ export function claim(
   claims?: Intake,
 ): Promise<ParkedClaim> {
   return claimParked(store, pointer, owner, leaseMs, claims);
-}
-
-/** Lease documents that expired before `before` are deleted (no TTL indexes on FerretDB). */
-export function expireLeases(store: Store, before: Date): Promise<number> {
-  return deleteExpiredLeases(store, before);
 }
 
 // ---------- an operator's and the 451's moves ----------

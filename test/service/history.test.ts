@@ -283,6 +283,44 @@ test.serial(
   },
 );
 
+test.serial(
+  'housekeeping deletes leases past their keep time however many expired at once, and no others',
+  async (t) => {
+    const { store } = await openTestDatabase('lease_expiry');
+    t.teardown(async () => {
+      await store.db.dropDatabase().catch(() => {});
+      await store.close();
+    });
+    const now = Date.parse('2026-03-01T12:30:00Z');
+    // more than FerretDB can name in one delete over either storage (65,535 parameters on
+    // PostgreSQL, 32,766 on SQLite): a drain of 100,000 leaves that many expiring within a minute
+    const expired = 70_000;
+    for (let n = 0; n < expired; n += 10_000) {
+      await store.leases.insertMany(
+        Array.from({ length: Math.min(10_000, expired - n) }, (_, i) => ({
+          _id: `${idAt('m', now - 3 * 3600_000 + n + i, 0)}:2`,
+          owner: 'gone:1:000000',
+          expires_at: new Date(now - 2 * 3600_000 + n + i),
+        })),
+      );
+    }
+    // a live lease, and one expired less than the keep time (an hour) ago
+    const kept = [
+      { _id: `${idAt('m', now, 1)}:1`, owner: 'here:1:000000', expires_at: new Date(now + 30_000) },
+      { _id: `${idAt('m', now, 2)}:3`, owner: 'here:1:000000', expires_at: new Date(now - 60_000) },
+    ];
+    await store.leases.insertMany(kept);
+
+    t.is((await defaultHousekeeping(store, now).runOnce()).expiredLeases, expired);
+    const left = await store.leases.find({}).sort({ _id: 1 }).toArray();
+    t.deepEqual(
+      left.map((lease) => lease._id),
+      kept.map((lease) => lease._id),
+    );
+    t.is((await defaultHousekeeping(store, now).runOnce()).expiredLeases, 0);
+  },
+);
+
 // Where the profile supersedes records (FerretDB's), a past day of parked records stays while one of
 // them is live, and goes, markers and listing with it, once all are superseded.
 if (testProfile() === 'auto' || testProfile().startsWith('ferretdb'))

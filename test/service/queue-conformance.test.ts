@@ -777,35 +777,3 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
     t.is(await store.leases.findOne({ _id: `${inMessages._id}:3` }), null, 'its lease given back');
   });
 }
-
-// no profile flag changes the expiry of leases: one profile's run covers the code every one runs
-test('ferretdb profile: expired leases go however many expired at once; live ones and the recently expired stay', async (t) => {
-  const store = await openProfile(t, 'ferretdb');
-  const now = Date.now();
-  // more than FerretDB can name in one delete over either storage (65,535 parameters on
-  // PostgreSQL, 32,766 on SQLite): a drain of 100,000 leaves that many expiring within a minute
-  const expired = 70_000;
-  for (let n = 0; n < expired; n += 10_000) {
-    await store.leases.insertMany(
-      Array.from({ length: Math.min(10_000, expired - n) }, (_, i) => ({
-        _id: `${idAt('m', now - 3 * 3600_000 + n + i, 0)}:2`,
-        owner: 'gone:1:000000',
-        expires_at: new Date(now - 2 * 3600_000 + (n + i)),
-      })),
-    );
-  }
-  const kept = [
-    { _id: `${idAt('m', now, 1)}:1`, owner: 'here:1:000000', expires_at: new Date(now + 30_000) },
-    { _id: `${idAt('m', now, 2)}:3`, owner: 'here:1:000000', expires_at: new Date(now - 60_000) },
-  ];
-  await store.leases.insertMany(kept);
-
-  t.is(await queue.expireLeases(store, new Date(now - queue.LEASE_KEEP_MS)), expired);
-  const left = await store.leases.find({}).sort({ _id: 1 }).toArray();
-  t.deepEqual(
-    left.map((lease) => lease._id),
-    kept.map((lease) => lease._id),
-  );
-  // nothing more to expire: the next round deletes nothing
-  t.is(await queue.expireLeases(store, new Date(now - queue.LEASE_KEEP_MS)), 0);
-});
