@@ -68,12 +68,21 @@ async function collectionNames(store: Store): Promise<Set<string>> {
   return new Set((await store.db.listCollections({}, { nameOnly: true }).toArray()).map((c) => c.name));
 }
 
-test('the partitions the hot path writes next are made ahead of it, once', async (t) => {
-  const { store } = await openTestDatabase('ahead');
+/** A store on a database of its own, dropped after the test. */
+async function ownDatabase(
+  t: { teardown: (fn: () => Promise<void>) => void },
+  label: string,
+): Promise<Store> {
+  const { store } = await openTestDatabase(label);
   t.teardown(async () => {
     await store.db.dropDatabase().catch(() => {});
     await store.close();
   });
+  return store;
+}
+
+test('the partitions the hot path writes next are made ahead of it, once', async (t) => {
+  const store = await ownDatabase(t, 'ahead');
   const now = Date.parse('2026-03-04T23:30:00Z');
   const housekeeping = defaultHousekeeping(store, now);
   const created = await housekeeping.createAhead();
@@ -286,11 +295,7 @@ test.serial(
 test.serial(
   'housekeeping deletes leases past their keep time however many expired at once, and no others',
   async (t) => {
-    const { store } = await openTestDatabase('lease_expiry');
-    t.teardown(async () => {
-      await store.db.dropDatabase().catch(() => {});
-      await store.close();
-    });
+    const store = await ownDatabase(t, 'lease_expiry');
     const now = Date.parse('2026-03-01T12:30:00Z');
     // more than FerretDB can name in one delete over either storage (65,535 parameters on
     // PostgreSQL, 32,766 on SQLite): a drain of 100,000 leaves that many expiring within a minute
@@ -327,11 +332,7 @@ if (testProfile() === 'auto' || testProfile().startsWith('ferretdb'))
   test.serial(
     'retention keeps a past day of parked records while one is live, not for superseded ones',
     async (t) => {
-      const { store } = await openTestDatabase('retention_parked');
-      t.teardown(async () => {
-        await store.db.dropDatabase().catch(() => {});
-        await store.close();
-      });
+      const store = await ownDatabase(t, 'retention_parked');
       t.true(store.profile.supersedeRecords);
       const now = Date.parse('2026-03-01T12:30:00Z');
       const live = idAt('m', now - 40 * DAY, 1);
