@@ -36,7 +36,7 @@ export interface HousekeepingReport {
   /** raw partitions past retention kept because a message in flight still needs them */
   kept: string[];
   /** leases deleted, past LEASE_KEEP_MS since they expired */
-  expiredLeases?: number;
+  expiredLeases: number;
 }
 
 /** The pause between two drops. */
@@ -98,11 +98,11 @@ export class Housekeeping {
   }
 
   private async pass(): Promise<HousekeepingReport> {
-    const report: HousekeepingReport = { dropped: [], kept: [] };
     const { store, recordRetentionMs, rawRetentionMs } = this.options;
     const now = this.now();
     // here, not in each worker every minute: on FerretDB its filter reads the whole of `leases`
-    report.expiredLeases = await deleteExpiredLeases(store, new Date(now - LEASE_KEEP_MS));
+    const expiredLeases = await deleteExpiredLeases(store, new Date(now - LEASE_KEEP_MS));
+    const report: HousekeepingReport = { dropped: [], kept: [], expiredLeases };
     let inFlight: number[] | undefined;
     // decided once per day, before any of the day's partitions is dropped (its markers among them)
     const parkedOn = new Map<string, Promise<boolean>>();

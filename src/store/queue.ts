@@ -32,7 +32,7 @@ import {
   readIntake,
   staleIntakes,
 } from './intake.ts';
-import { claimMessage, findDue, LEASE_KEEP_MS } from './leases.ts';
+import { claimMessage, findDue } from './leases.ts';
 import type { AcceptedMessage, MessageDoc, Ownership } from './messages.ts';
 import type { Store } from './mongo.ts';
 import { claimParked, isParkable, type ParkedClaim, parkAsOwner, parkFromIntake } from './parking.ts';
@@ -52,16 +52,7 @@ export type {
 export { earliestRetry, scheduledAs } from './messages.ts';
 export type { Store } from './mongo.ts';
 export type { DuePointer, IntakeEntry, ParkedClaim };
-export {
-  BUCKET_GRACE_MS,
-  bucketDroppableAt,
-  bucketStart,
-  DUE_BUCKET_MS,
-  Intake,
-  isArchivable,
-  isParkable,
-  LEASE_KEEP_MS,
-};
+export { BUCKET_GRACE_MS, bucketDroppableAt, bucketStart, DUE_BUCKET_MS, Intake, isArchivable, isParkable };
 
 // ---------- accept ----------
 
