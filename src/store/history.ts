@@ -22,6 +22,15 @@ export function recordKind(doc: Pick<MessageDoc, 'state'>): RecordKind {
   return isFinal(doc.state) ? 'history' : 'retry';
 }
 
+/**
+ * Whether a record of `kind` keeps the inline bytes its message carried (raw.ts). A parked one
+ * does: its claim reads them with it, one read by id instead of two, and it lives only while the
+ * message waits. A final one's go to `raw_<day>` with it, which raw retention drops by the day.
+ */
+function keepsRawInline(kind: RecordKind): boolean {
+  return kind === 'retry';
+}
+
 /** A message leaves the working set once it is final and nothing is scheduled for it. */
 export function isArchivable(doc: Pick<MessageDoc, 'state' | 'due_at'>): boolean {
   return isFinal(doc.state) && doc.due_at === undefined;
@@ -133,9 +142,9 @@ export async function storeRecord(
 ): Promise<void> {
   const kind = recordKind(doc);
   const name = partitionOf(kind, doc._id);
-  // inline bytes go to `raw_<day>` with the first record, parked or final (records.ts, packRecord)
-  const raw = rawDocumentOf(doc);
-  const record = packRecord(doc, fromIntake);
+  const withRaw = keepsRawInline(kind);
+  const raw = withRaw ? undefined : rawDocumentOf(doc);
+  const record = packRecord(doc, { fromIntake, withRaw });
   const archived = { record, entry: entryOf(doc), ...(raw ? { raw } : {}) };
   await retryTransient(async () => {
     const outcome = await store.writes.recordInserts.submit(name, archived);
@@ -294,13 +303,13 @@ export async function insertRecords(store: Store, docs: readonly MessageDoc[]): 
   const byPartition = Map.groupBy(docs, (doc) => partitionOf(recordKind(doc), doc._id));
   for (const [name, some] of byPartition) {
     const kind = recordKind(some[0]!);
-    // bytes a working-set document carried (raw.ts) are not in a record: they go to `raw_<day>`
-    const raws = some.flatMap((doc) => rawDocumentOf(doc) ?? []);
+    const withRaw = keepsRawInline(kind);
+    const raws = withRaw ? [] : some.flatMap((doc) => rawDocumentOf(doc) ?? []);
     if (raws.length > 0) await storeRawDocuments(store, raws);
     store.partitions.note(name);
     const outcomes = await insertEach(
       store.db.collection<ArchivedRecord>(name),
-      some.map((doc) => packRecord(doc)),
+      some.map((doc) => packRecord(doc, { withRaw })),
     );
     const failed = outcomes.find((outcome) => outcome && !isDuplicateKey(outcome));
     if (failed) throw failed;

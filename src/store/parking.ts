@@ -3,8 +3,8 @@
 // scheduler, the listings and the gauges read stays the size of the work in flight however many
 // messages wait. A parked message is three documents:
 //   - its record in `retry_<day of acceptance>` (packed like a final record: records.ts; found by
-//     id); bytes that rode in its working-set document go to `raw_<day>` with it, so that the
-//     claim's read, insert and take-out, and the finish's removal, each move a small document,
+//     id), with the bytes that rode in its working-set document: its claim reads them with it, and
+//     its attempt then reads no `raw_<day>`; they go there with its final record,
 //   - its listing entry in `retry_list_<day>` (listing.ts; `?state=failed` reads only these),
 //   - a pointer in the bucket of its due time (due-buckets.ts), which the scheduler reads whole
 //     once its time has come.

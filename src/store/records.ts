@@ -48,11 +48,16 @@ function partFields(doc: object, groups: ReadonlyArray<ReadonlySet<string>>): Ar
 
 const packed = (fields: Record<string, unknown>) => new Binary(BSON.serialize(fields));
 
-/** Packs a final message for its partition, leaving out what belongs to the working set only. */
-export function packRecord(doc: MessageDoc, fromIntake = false): ArchivedRecord {
-  // the inline raw bytes go to `raw_<day>` with the record (history.ts), not into it: a parked
-  // record too, which its claim, its take-out and its copy's removal then each decode without them
-  const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw: _raw, ...record } = doc;
+/**
+ * Packs a message for its partition, leaving out what belongs to the working set only. Inline raw
+ * bytes stay in it with `withRaw` (a parked record: history.ts decides); else they go to `raw_<day>`.
+ */
+export function packRecord(
+  doc: MessageDoc,
+  { fromIntake = false, withRaw = false }: { fromIntake?: boolean; withRaw?: boolean } = {},
+): ArchivedRecord {
+  const { due_at: _due, scheduled: _scheduled, lease_owner: _owner, raw, ...rest } = doc;
+  const record = withRaw && raw ? { ...rest, raw } : rest;
   const [summary, detail] = partFields(record, [SUMMARY_KEYS]);
   return {
     ...(summary as unknown as MessageSummary),

@@ -64,9 +64,20 @@ test('unpacking gives the record back, without what belongs to the working set',
   t.deepEqual(back, expected);
   t.true(back.history[0]!.at instanceof Date);
   // where the record was stored from is the record's, not the message's
-  const fromIntake = packRecord(doc, true);
+  const fromIntake = packRecord(doc, { fromIntake: true });
   t.is(fromIntake.from_intake, true);
   t.deepEqual(unpackRecord(fromIntake), expected);
+});
+
+test('inline raw bytes stay in a record only when asked (a parked one), packed with the rest', (t) => {
+  const raw = { data: new Binary(Buffer.from('gzipped bytes')), size: 13 };
+  const carrying = { ...doc, raw };
+  t.is(unpackRecord(packRecord(carrying)).raw, undefined);
+  const parked = packRecord(carrying, { withRaw: true });
+  t.false('raw' in parked, 'not a field: FerretDB decodes fields on every read of the partition');
+  const back = unpackRecord(parked);
+  t.is(back.raw?.size, 13);
+  t.deepEqual(Buffer.from(back.raw!.data.buffer), Buffer.from('gzipped bytes'));
 });
 
 test("an intake keeps as fields what its own filters read; the listing's summary is packed apart", (t) => {
