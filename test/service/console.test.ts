@@ -64,8 +64,11 @@ if (present) {
       ids.receipt = await send(`orders@${DOMAIN}`, 'Receipt 7');
       ids.broken = await send(`hooks+a@${DOMAIN}`, 'Build failed');
       ids.broken2 = await send(`hooks+b@${DOMAIN}`, 'Deploy failed');
-      for (const id of [ids.invoice!, ids.receipt!]) await waitForState(api, id, ['delivered']);
-      for (const id of [ids.broken!, ids.broken2!]) await waitForState(api, id, ['dlq']);
+      // up to a minute each: beside this hook the suite's heaviest test (70,000 leases in
+      // history.test.ts) can hold the shared FerretDB for 20 s, and twice a message waited that
+      // long, routed, for its first attempt's write
+      for (const id of [ids.invoice!, ids.receipt!]) await waitForState(api, id, ['delivered'], 60_000);
+      for (const id of [ids.broken!, ids.broken2!]) await waitForState(api, id, ['dlq'], 60_000);
     } catch (err) {
       pipe.showLog('console before hook');
       throw err;
