@@ -247,8 +247,8 @@ for (const profile of PROFILES) {
     const replayed = (one: MessageDoc) => applyChange(one, decideReplay(one, new Date()));
     // (into its intake of claims where the profile has intakes: never into `messages` there)
     const replays = intake && new queue.Intake(store, 'owner-d', 5000, 'claims');
-    // a lease that holds through the test: a loaded machine took 5 s for the restore once, and
-    // the second restore below then rightly took over from a lease that had run out
+    // a lease that holds through the test: with 5 s, on a loaded machine, the second restore below
+    // once took the message over at the next epoch, as it may once that lease has run out
     const restored = await queue.restore(store, final!, 'owner-d', 60_000, {
       change: replayed,
       claims: replays,
