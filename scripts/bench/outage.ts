@@ -77,6 +77,11 @@ export const OUTAGE = Object.freeze({
   mongodbSizes: sizes(process.env.BENCH_OUTAGE_MONGODB_SIZES ?? '1000'),
   /** BENCH_OUTAGE_FRESH: fresh messages to the healthy route, with and without the backlog */
   fresh: Number(process.env.BENCH_OUTAGE_FRESH ?? 2000),
+  /**
+   * BENCH_OUTAGE_RUNS: each case this many times, each on a database of its own; its ratios are
+   * the runs' medians (a ratio near its target moved by about a tenth either way between runs)
+   */
+  runs: Math.max(1, Number(process.env.BENCH_OUTAGE_RUNS ?? 1) || 1),
   /** every load's shape: smtp-source's 10 KB message over 16 persistent sessions (as e2e) */
   load: { sessions: 16, persistent: true, bytes: 10240 },
   /** before each fresh-mail step: 200 left step 1 cold (its rate was 0.55-0.95 of step 3's) */
@@ -146,11 +151,23 @@ export async function outagePart(h: OutageHarness): Promise<Record<string, unkno
       ];
       for (const [profile, size] of plan) {
         const key = `${backend} ${profile} ${size}`;
-        cases[key] = await outageCase(h, database, backend, profile, size, measured).catch((err: Error) => {
-          h.log(`outage ${key} failed: ${err.stack ?? err.message}`);
-          return { backend, profile, backlog: size, error: err.message.replace(/\s+/g, ' ').slice(0, 300) };
-        });
-        h.log(`outage ${key}: ${JSON.stringify(cases[key])}`);
+        const runs: Array<Record<string, unknown>> = [];
+        for (let run = 1; run <= OUTAGE.runs; run++) {
+          const figures = await outageCase(h, database, backend, profile, size, measured, run).catch(
+            (err: Error) => {
+              h.log(`outage ${key} failed: ${err.stack ?? err.message}`);
+              return {
+                backend,
+                profile,
+                backlog: size,
+                error: err.message.replace(/\s+/g, ' ').slice(0, 300),
+              };
+            },
+          );
+          h.log(`outage ${key}${OUTAGE.runs > 1 ? ` run ${run}` : ''}: ${JSON.stringify(figures)}`);
+          runs.push(figures);
+        }
+        cases[key] = medianRun(runs as Case[]);
         h.save({ [key]: cases[key] });
       }
     });
@@ -164,10 +181,11 @@ async function outageCase(
   profile: Profile,
   size: number,
   measured: string,
+  run: number,
 ): Promise<Record<string, unknown>> {
   const startedAt = new Date().toISOString();
   const loads = [h.loadAverage()];
-  const dbName = `outage_${profile}_${size}`;
+  const dbName = `outage_${profile}_${size}${run > 1 ? `_${run}` : ''}`;
   // the backlog over one smtp-source run: its sessions may last longer than the default limit
   // the breaker (issue 30) would pause the down endpoint after 20 failures and hold its deliveries
   // without attempts: this part measures the storage of a retry backlog, so every one is attempted
@@ -660,7 +678,45 @@ type Case = {
   /** absent in figures from before step 5 */
   replay?: Awaited<ReturnType<typeof replayDeadLetters>> | { error: string };
   replayRatio?: number;
+  /** of a case run more than once (BENCH_OUTAGE_RUNS): each run's ratios; the ratios above are their medians */
+  runs?: RunRatios[];
 };
+
+/** What a run of a case adds to the case's figures when it was run more than once. */
+type RunRatios = { startedAt: string; otherRoutesRatio: number; drainRatio: number; replayRatio?: number };
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle]! : round((sorted[middle - 1]! + sorted[middle]!) / 2, 3);
+};
+
+/**
+ * A case run more than once: the run whose drain ratio is the median, shown whole, with each ratio
+ * the median of the runs' and every run's ratios beside it (runs that failed are left out, unless
+ * all did).
+ */
+function medianRun(runs: Case[]): Case {
+  const done = runs.filter((run) => !run.error);
+  if (runs.length === 1 || done.length === 0) return runs[0]!;
+  const byDrain = [...done].sort((a, b) => a.drainRatio - b.drainRatio);
+  const shown = byDrain[Math.floor((byDrain.length - 1) / 2)]!;
+  const replays = done
+    .map((run) => run.replayRatio)
+    .filter((r): r is number => r !== undefined && !Number.isNaN(r));
+  return {
+    ...shown,
+    otherRoutesRatio: median(done.map((run) => run.otherRoutesRatio)),
+    drainRatio: median(done.map((run) => run.drainRatio)),
+    ...(replays.length ? { replayRatio: median(replays) } : {}),
+    runs: done.map((run) => ({
+      startedAt: run.startedAt,
+      otherRoutesRatio: run.otherRoutesRatio,
+      drainRatio: run.drainRatio,
+      ...(run.replayRatio !== undefined ? { replayRatio: run.replayRatio } : {}),
+    })),
+  };
+}
 
 export function renderOutage(results: Record<string, unknown>): string {
   // the development default first, the FerretDB profile before production's
@@ -676,6 +732,12 @@ export function renderOutage(results: Record<string, unknown>): string {
     x === null || x === undefined || Number.isNaN(x) ? '-' : x;
   // the mongodb profile's figures on FerretDB are figures, not targets (the issue)
   const verdict = (c: Case, met: boolean) => (c.profile === 'mongodb' ? '(figure)' : met ? 'yes' : 'no');
+  // a case run more than once: the median, then each run's
+  const ratio = (c: Case, field: 'otherRoutesRatio' | 'drainRatio' | 'replayRatio') =>
+    c.runs && c.runs.length > 1
+      ? `${shown(c[field])} (${c.runs.map((run) => shown(run[field])).join(', ')})`
+      : `${shown(c[field])}`;
+  const repeated = cases.filter((c) => (c.runs?.length ?? 0) > 1);
   const lines = [
     `Each case on a database of its own (one FerretDB per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
     `fresh messages to a healthy route and the API), then the service restarted with RETRY_JITTER=0% and N messages to a`,
@@ -689,6 +751,12 @@ export function renderOutage(results: Record<string, unknown>): string {
     loaded.length
       ? `**Taken under load**: the machine's 1-minute load reached ${Math.max(...loaded.map(load1)).toFixed(1)} on ${cores} cores during ${loaded.length} of the ${cases.length} cases (the case's own processes count: FerretDB over PostgreSQL keeps PostgreSQL busy too); the ratios compare figures of the same case, minutes apart.`
       : `The machine's 1-minute load stayed at or below its ${cores} cores.`,
+    ...(repeated.length
+      ? [
+          '',
+          `Run more than once (BENCH_OUTAGE_RUNS), each time on a database of its own: ${repeated.map((c) => `${c.backend} ${c.backlog} (${c.runs!.length} runs)`).join(', ')}. Such a row shows the run whose drain ratio is the median, whole, and each ratio as the runs' median with each run's in brackets, in the order they ran; its verdict is the median's.`,
+        ]
+      : []),
     '',
     '| backend | profile | backlog | at (commit) | load 1 min, each step | all due after s | fresh msg/s no backlog: first, after the drain | with backlog | ratio (target ≥ 0.9) | build msg/s | drain msg/s | drain / fresh (target ≥ 0.5) | drained | cores busy in the drain: service, database | dead letters replayed msg/s (calls, s, longest call s) | replay / fresh (target ≥ 0.5) | cores busy in the replay: service, database |',
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
@@ -701,7 +769,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog;
     const longest = 'longestCallSeconds' in r ? `, longest ${r.longestCallSeconds}` : '';
     const busy = 'busyCores' in r && r.busyCores ? `${r.busyCores.service}, ${r.busyCores.database}` : '-';
-    return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${shown(c.replayRatio)} ${verdict(c, met)} | ${busy}`;
+    return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${ratio(c, 'replayRatio')} ${verdict(c, met)} | ${busy}`;
   };
   for (const c of cases) {
     if (c.error) {
@@ -711,7 +779,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${shown(c.otherRoutesRatio)} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${shown(c.drainRatio)} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${ratio(c, 'otherRoutesRatio')} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${ratio(c, 'drainRatio')} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
     );
   }
   lines.push(
