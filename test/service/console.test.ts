@@ -64,9 +64,9 @@ if (present) {
       ids.receipt = await send(`orders@${DOMAIN}`, 'Receipt 7');
       ids.broken = await send(`hooks+a@${DOMAIN}`, 'Build failed');
       ids.broken2 = await send(`hooks+b@${DOMAIN}`, 'Deploy failed');
-      // up to a minute each: beside this hook the suite's heaviest test (70,000 leases in
-      // history.test.ts) can hold the shared FerretDB for 20 s, and twice a message waited that
-      // long, routed, for its first attempt's write
+      // up to a minute each: twice a message waited about 19 s here, routed, for its first
+      // attempt's write, both times beside history.test.ts's 70,000-lease test on the shared
+      // FerretDB (which write waited was not found)
       for (const id of [ids.invoice!, ids.receipt!]) await waitForState(api, id, ['delivered'], 60_000);
       for (const id of [ids.broken!, ids.broken2!]) await waitForState(api, id, ['dlq'], 60_000);
     } catch (err) {
