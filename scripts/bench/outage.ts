@@ -683,7 +683,24 @@ type Case = {
 };
 
 /** What a run of a case adds to the case's figures when it was run more than once. */
-type RunRatios = { startedAt: string; otherRoutesRatio: number; drainRatio: number; replayRatio?: number };
+type RunRatios = {
+  startedAt: string;
+  otherRoutesRatio: number;
+  drainRatio: number;
+  replayRatio?: number;
+  /** the backlog's messages this run's drain and replay left undelivered, and delivered twice (absent in older figures) */
+  lost?: { drain: number; replay?: number; duplicated: number };
+};
+
+/** What a run lost: a loss in any run of a case fails its verdict, whichever run the row shows. */
+function lostIn(run: Case): NonNullable<RunRatios['lost']> {
+  const replay = run.replay && !('error' in run.replay) ? run.replay : undefined;
+  return {
+    drain: run.drain.notDelivered,
+    ...(replay ? { replay: Math.max(0, run.backlog - replay.delivered) } : {}),
+    duplicated: run.drain.duplicated,
+  };
+}
 
 const median = (values: number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);
@@ -714,6 +731,7 @@ function medianRun(runs: Case[]): Case {
       otherRoutesRatio: run.otherRoutesRatio,
       drainRatio: run.drainRatio,
       ...(run.replayRatio !== undefined ? { replayRatio: run.replayRatio } : {}),
+      lost: lostIn(run),
     })),
   };
 }
@@ -738,6 +756,20 @@ export function renderOutage(results: Record<string, unknown>): string {
       ? `${shown(c[field])} (${c.runs.map((run) => shown(run[field])).join(', ')})`
       : `${shown(c[field])}`;
   const repeated = cases.filter((c) => (c.runs?.length ?? 0) > 1);
+  // every run's losses (the row shows one run; older figures knew only that run's)
+  const losses = (c: Case): NonNullable<RunRatios['lost']>[] =>
+    c.runs?.every((run) => run.lost) ? c.runs.map((run) => run.lost!) : [lostIn(c)];
+  const drainLost = (c: Case) => losses(c).some((l) => l.drain > 0);
+  const replayLost = (c: Case) => losses(c).some((l) => (l.replay ?? 0) > 0);
+  const lostCell = (c: Case) => {
+    const all = losses(c);
+    if (all.length < 2 || !all.some((l) => l.drain || l.replay || l.duplicated)) return '';
+    const each = all.map(
+      (l) =>
+        `${l.drain} lost${l.replay ? `, ${l.replay} not replayed` : ''}${l.duplicated ? `, ${l.duplicated} dup` : ''}`,
+    );
+    return ` (each run: ${each.join('; ')})`;
+  };
   const lines = [
     `Each case on a database of its own (one FerretDB per backend), in one run: no backlog (the usual warm-up, then ${OUTAGE.fresh}`,
     `fresh messages to a healthy route and the API), then the service restarted with RETRY_JITTER=0% and N messages to a`,
@@ -754,7 +786,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     ...(repeated.length
       ? [
           '',
-          `Run more than once (BENCH_OUTAGE_RUNS), each time on a database of its own: ${repeated.map((c) => `${c.backend} ${c.backlog} (${c.runs!.length} runs)`).join(', ')}. Such a row shows the run whose drain ratio is the median, whole, and each ratio as the runs' median with each run's in brackets, in the order they ran; its verdict is the median's.`,
+          `Run more than once (BENCH_OUTAGE_RUNS), each time on a database of its own: ${repeated.map((c) => `${c.backend} ${c.backlog} (${c.runs!.length} runs)`).join(', ')}. Such a row shows the run whose drain ratio is the median, whole, and each ratio as the runs' median with each run's in brackets, in the order they ran; its verdict is the median's, and fails when any run left a message undelivered (the drained cell then shows each run's losses).`,
         ]
       : []),
     '',
@@ -766,7 +798,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     if (!r) return '- | - | -';
     if ('error' in r) return `failed: ${r.error} | - | -`;
     const delivered = r.delivered < r.deadLettered ? `, ${r.delivered}/${r.deadLettered} delivered` : '';
-    const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog;
+    const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog && !replayLost(c);
     const longest = 'longestCallSeconds' in r ? `, longest ${r.longestCallSeconds}` : '';
     const busy = 'busyCores' in r && r.busyCores ? `${r.busyCores.service}, ${r.busyCores.database}` : '-';
     return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${ratio(c, 'replayRatio')} ${verdict(c, met)} | ${busy}`;
@@ -779,7 +811,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${ratio(c, 'otherRoutesRatio')} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${ratio(c, 'drainRatio')} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0)} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${ratio(c, 'otherRoutesRatio')} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${ratio(c, 'drainRatio')} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0 && !drainLost(c))} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''}${lostCell(c)} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
     );
   }
   lines.push(
