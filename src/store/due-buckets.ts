@@ -81,15 +81,15 @@ export async function storePointer(store: Store, record: MessageDoc, dueAt: Date
   }
 }
 
-/** The buckets whose span has begun by `now`, oldest first. */
-export async function dueBuckets(store: Store, now: number): Promise<string[]> {
+/** The buckets whose span has begun by `by`, oldest first. */
+export async function dueBuckets(store: Store, by: number): Promise<string[]> {
   const collections = await store.intakeDb
     .listCollections({ name: { $regex: `^${BUCKET_PREFIX}` } }, { nameOnly: true })
     .toArray();
   return collections
     .map(({ name }) => ({ name, start: bucketStart(name) }))
     .filter(
-      (entry): entry is { name: string; start: number } => entry.start !== undefined && entry.start <= now,
+      (entry): entry is { name: string; start: number } => entry.start !== undefined && entry.start <= by,
     )
     .sort((a, b) => a.start - b.start)
     .map((entry) => entry.name);

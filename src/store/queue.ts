@@ -157,9 +157,9 @@ export function dropStaleIntake(store: Store, name: string): Promise<void> {
   return dropIntake(store, name);
 }
 
-/** The retry buckets whose span has begun by `now`, oldest first (due-buckets.ts). */
-export function dueRetryBuckets(store: Store, now: number): Promise<string[]> {
-  return dueBuckets(store, now);
+/** The retry buckets whose span has begun by `by` (ms since the epoch), oldest first (due-buckets.ts). */
+export function dueRetryBuckets(store: Store, by: number): Promise<string[]> {
+  return dueBuckets(store, by);
 }
 
 export function readRetryBucket(store: Store, name: string): Promise<DuePointer[]> {
