@@ -291,9 +291,9 @@ export class ActorSystem {
 
   /**
    * Claims parked messages whose retry is due (parking.ts), up to the free capacity: the buckets
-   * whose span begins before the next poll, oldest first, each read whole, earliest due first. A bucket whose every
-   * pointer is handled is not read again until it may be dropped (parking.ts), then read once
-   * more and dropped if that still holds.
+   * whose span begins before the next poll, oldest first, each read whole, earliest due first. A
+   * bucket whose every pointer is handled is not read again until it may be dropped (parking.ts),
+   * then read once more and dropped if that still holds.
    */
   private async claimParked(): Promise<void> {
     const store = this.options.store;
