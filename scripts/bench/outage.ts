@@ -756,7 +756,8 @@ export function renderOutage(results: Record<string, unknown>): string {
       ? `${shown(c[field])} (${c.runs.map((run) => shown(run[field])).join(', ')})`
       : `${shown(c[field])}`;
   const repeated = cases.filter((c) => (c.runs?.length ?? 0) > 1);
-  // every run's losses (the row shows one run; older figures knew only that run's)
+  // every run's losses (the row shows one run; older figures knew only that run's): what a verdict
+  // of the drain or the replay needs besides its ratio
   const losses = (c: Case): NonNullable<RunRatios['lost']>[] =>
     c.runs?.every((run) => run.lost) ? c.runs.map((run) => run.lost!) : [lostIn(c)];
   const drainLost = (c: Case) => losses(c).some((l) => l.drain > 0);
@@ -798,7 +799,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     if (!r) return '- | - | -';
     if ('error' in r) return `failed: ${r.error} | - | -`;
     const delivered = r.delivered < r.deadLettered ? `, ${r.delivered}/${r.deadLettered} delivered` : '';
-    const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && r.delivered >= c.backlog && !replayLost(c);
+    const met = (c.replayRatio ?? 0) >= OUTAGE_TARGETS.drain && !replayLost(c);
     const longest = 'longestCallSeconds' in r ? `, longest ${r.longestCallSeconds}` : '';
     const busy = 'busyCores' in r && r.busyCores ? `${r.busyCores.service}, ${r.busyCores.database}` : '-';
     return `${r.perSecond} (${r.calls}, ${r.callsSeconds}${longest})${delivered} | ${ratio(c, 'replayRatio')} ${verdict(c, met)} | ${busy}`;
@@ -811,7 +812,7 @@ export function renderOutage(results: Record<string, unknown>): string {
     const d = c.drain;
     const note = d.dueBeforeStep3Ended ? ' (retries due before step 3 ended)' : '';
     lines.push(
-      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${ratio(c, 'otherRoutesRatio')} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${ratio(c, 'drainRatio')} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && d.notDelivered === 0 && !drainLost(c))} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''}${lostCell(c)} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
+      `| ${c.backend} | ${c.profile} | ${c.backlog} | ${c.startedAt.slice(0, 16).replace('T', ' ')} (${c.commit}) | ${c.loads.map((l) => l.split(' ')[0]).join(', ')} | ${c.retryDelaySeconds} | ${c.noBacklog.fresh.deliveredPerSecond}${c.afterDrain ? `, ${c.afterDrain.fresh.deliveredPerSecond}` : ''} | ${c.withBacklog.fresh.deliveredPerSecond}${note} | ${ratio(c, 'otherRoutesRatio')} ${verdict(c, c.otherRoutesRatio >= OUTAGE_TARGETS.otherRoutes)} | ${c.build.perSecond} | ${d.perSecond} | ${ratio(c, 'drainRatio')} ${verdict(c, c.drainRatio >= OUTAGE_TARGETS.drain && !drainLost(c))} | ${d.delivered}/${c.build.failed}${d.duplicated ? `, ${d.duplicated} dup` : ''}${lostCell(c)} | ${d.busyCores ? `${d.busyCores.service}, ${d.busyCores.database}` : '-'} | ${replayCells(c)} |`,
     );
   }
   lines.push(
