@@ -2,8 +2,9 @@
 // probe, or wait without spending an attempt); after an attempt, the endpoint's record updated,
 // paused after ENDPOINT_PAUSE_AFTER consecutive failures, resumed by the first success. The record
 // is shared (src/store/endpoints.ts); this process keeps a copy of each endpoint it uses for a
-// second, and writes a success at most once per SUCCESS_WRITE_MS per endpoint while it is healthy:
-// a healthy endpoint costs about one read and one write a second per process, not one per delivery.
+// second (the deliveries that find it old at the same moment share one read), and writes a success
+// at most once per SUCCESS_WRITE_MS per endpoint while it is healthy: a healthy endpoint costs about
+// one read and one write a second per process, not one per delivery.
 // The failures of one moment to one endpoint are counted in one write (a Batcher per endpoint): an
 // endpoint that is down fails every attempt sent to it, and a write each cost the database as much
 // as the rest of a failed attempt.
@@ -51,6 +52,10 @@ export class EndpointHealth {
   readonly #settings: BreakerSettings;
   readonly #logger: Logger;
   readonly #copies = new Map<string, Copy>();
+  /** the read of each endpoint's record in flight: the deliveries of one moment share it */
+  readonly #reads = new Map<string, Promise<Copy>>();
+  /** the write of each endpoint's success in flight, likewise */
+  readonly #successes = new Map<string, Promise<EndpointDoc['state']>>();
   readonly #sweeper: NodeJS.Timeout;
   /** per endpoint: the failures of one moment, counted (and, past the threshold, paused) in one write */
   readonly #failures = new BatcherPerName<Failure, EndpointDoc>(
@@ -154,6 +159,18 @@ export class EndpointHealth {
     // an operator's pause holds until an operator resumes: a success then (one in flight when
     // it was paused) is only noted
     if (doc?.state === 'paused' && doc.paused_by === 'operator') return 'paused';
+    // the successes of one moment (a backlog's first deliveries) share one write
+    const shared = this.#successes.get(id);
+    if (shared) return shared;
+    const write = this.#writeSuccess(id, url, at).finally(() => {
+      if (this.#successes.get(id) === write) this.#successes.delete(id);
+    });
+    this.#successes.set(id, write);
+    return write;
+  }
+
+  async #writeSuccess(id: string, url: string, at: Date): Promise<EndpointDoc['state']> {
+    const now = at.getTime();
     const before = await markSuccess(this.#store, id, endpointUrl(url), at);
     const after: EndpointDoc = {
       ...(before ?? { _id: id, url: endpointUrl(url), updated_at: at }),
@@ -181,15 +198,26 @@ export class EndpointHealth {
     return 'healthy';
   }
 
-  /** This process's copy of the record: read again once older than FRESH_MS, or when asked. */
+  /**
+   * This process's copy of the record: read again once older than FRESH_MS, or when asked (then
+   * by a read of its own, begun after what made it ask). The actors that find the copy old at the
+   * same moment (a backlog's claims start together) share one read.
+   */
   async #copy(id: string, now: number, reread = false): Promise<Copy> {
     const copy = this.#copies.get(id);
     if (copy && !reread && now - copy.readAt < FRESH_MS) {
       copy.usedAt = now;
       return copy;
     }
-    const doc = await readEndpoint(this.#store, id);
-    return this.#keep(id, doc, now, copy?.successWrittenAt ?? 0);
+    const shared = reread ? undefined : this.#reads.get(id);
+    if (shared) return shared;
+    const read = readEndpoint(this.#store, id)
+      .then((doc) => this.#keep(id, doc, now, this.#copies.get(id)?.successWrittenAt ?? 0))
+      .finally(() => {
+        if (this.#reads.get(id) === read) this.#reads.delete(id);
+      });
+    this.#reads.set(id, read);
+    return read;
   }
 
   #keep(id: string, doc: EndpointDoc | null, now: number, successWrittenAt: number): Copy {

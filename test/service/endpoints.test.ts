@@ -2,7 +2,9 @@
 // origin, requests waiting for their endpoint are not attempts, a 429's Retry-After sets the next
 // attempt, and each attempt's record carries what the receiver answered.
 import test from 'ava';
+import { EndpointHealth } from '../../src/actor/endpoint-health.ts';
 import { endpointId } from '../../src/deliver/endpoint.ts';
+import { createLogger } from '../../src/log/logger.ts';
 import { forgetEndpoints, listEndpoints, markFailure, markSuccess } from '../../src/store/endpoints.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { openTestDatabase, testProfile } from '../_support/db.ts';
@@ -304,4 +306,44 @@ test('endpoints no route uses are forgotten once idle; used ones and recent ones
   const forgotten = await forgetEndpoints(store, new Set([used]), now, 3_600_000);
   t.is(forgotten, 1);
   t.deepEqual((await listEndpoints(store)).map((doc) => doc.url).sort(), [used, 'https://c.example/in']);
+});
+
+test("the deliveries that find their endpoint's copy old at the same moment share one read of its record, and their successes one write", async (t) => {
+  const { store } = await openTestDatabase('endpointreads', testProfile(), { monitorCommands: true });
+  const health = new EndpointHealth(
+    store,
+    { pauseAfter: 5, probeIntervalMs: 30_000, probeOutcomeMs: 40_000 },
+    createLogger('silent'),
+  );
+  t.teardown(async () => {
+    health.stop();
+    await store.close();
+  });
+  const url = 'https://shared.example/in';
+  await markFailure(store, endpointId(url), url, 'HTTP 500', new Date());
+  const reads: number[] = [];
+  const writes: number[] = [];
+  store.client.on('commandStarted', (event) => {
+    if (event.commandName === 'find' && event.command.find === 'endpoints') reads.push(event.requestId);
+    if (event.commandName === 'findAndModify' && event.command.findAndModify === 'endpoints')
+      writes.push(event.requestId);
+  });
+  // a backlog's claims start their deliveries together
+  const first = await Promise.all(Array.from({ length: 64 }, () => health.admit(url)));
+  t.is(reads.length, 1, 'one read for 64 deliveries');
+  t.true(first.every((admission) => admission.action === 'send'));
+  // a second later the copy is old: read again, once
+  await new Promise((resolve) => setTimeout(resolve, 1100));
+  await Promise.all(Array.from({ length: 64 }, () => health.admit(url)));
+  t.is(reads.length, 2, 'one read more once the copy was a second old');
+  // their successes, after the failure the record holds: one write, and the endpoint is healthy
+  const states = await Promise.all(
+    Array.from({ length: 64 }, () => health.record(url, { ok: true, statusCode: 200 })),
+  );
+  t.true(states.every((outcome) => outcome?.state === 'healthy'));
+  t.is(writes.length, 1, 'one success written for 64');
+  t.like(await store.db.collection('endpoints').findOne({ _id: endpointId(url) as never }), {
+    state: 'healthy',
+    consecutive_failures: 0,
+  });
 });
