@@ -131,7 +131,9 @@ export class OwnedMessage {
   private async park(after: MessageDoc): Promise<void> {
     const version = this.owner.version + 1;
     const parked = { ...after, version };
-    const done = await queue.park(this.store, this.owner, parked, this.intake !== undefined);
+    // the owner that parks it is this process (the lease it releases): its pointer says so
+    const parkedBy = this.current.lease_owner;
+    const done = await queue.park(this.store, this.owner, parked, this.intake !== undefined, parkedBy);
     if (!done) {
       this.lost = true;
       throw new OwnershipLost();

@@ -1,7 +1,7 @@
 // The due pointers of parked messages (parking.ts), in buckets of their due time: a pointer
-// `{_id: <id>:<version>, message, epoch, version, due_at}` goes into `due_<YYYYMMDDHHmmss>`, a
-// collection per DUE_BUCKET_MS in the intake database, which the scheduler reads whole once its
-// time has come and drops once every pointer in it is handled.
+// `{_id: <id>:<version>, message, epoch, version, due_at, parked_by}` goes into
+// `due_<YYYYMMDDHHmmss>`, a collection per DUE_BUCKET_MS in the intake database, which the scheduler
+// reads whole once its time has come and drops once every pointer in it is handled.
 import type { Collection } from 'mongodb';
 import { retryTransient } from './failures.ts';
 import { isDuplicateKey } from './ids.ts';
@@ -18,6 +18,8 @@ export interface DuePointer {
   /** the parked record's version: a record with another one was claimed or parked again since */
   version: number;
   due_at: Date;
+  /** the process that parked it (its owner name in leases), where known: its own claim reads less */
+  parked_by?: string;
 }
 
 /**
@@ -60,13 +62,19 @@ const bucket = (store: Store, name: string): Collection<DuePointer> =>
  * that one's span has ended; stored again, it is the same pointer (its `_id`), and a second one in
  * another bucket is handled by its claim as any pointer whose record moved on.
  */
-export async function storePointer(store: Store, record: MessageDoc, dueAt: Date): Promise<void> {
+export async function storePointer(
+  store: Store,
+  record: MessageDoc,
+  dueAt: Date,
+  parkedBy?: string,
+): Promise<void> {
   const pointer: DuePointer = {
     _id: `${record._id}:${record.version}`,
     message: record._id,
     epoch: record.lease_epoch,
     version: record.version,
     due_at: dueAt,
+    ...(parkedBy ? { parked_by: parkedBy } : {}),
   };
   for (;;) {
     // never into a bucket whose span has ended: a scheduler may be about to drop it

@@ -21,6 +21,8 @@ import { asOwnerWithRetries } from './fencing.ts';
 import {
   findLiveRecordAndOrigin,
   findRecord,
+  findStoredRecordAndOrigin,
+  isSuperseded,
   type StoredRecord,
   storeRecord,
   takeOutRecord,
@@ -37,10 +39,18 @@ export function isParkable(doc: Pick<MessageDoc, 'lease_owner' | 'due_at'>): boo
   return doc.lease_owner === undefined && doc.due_at !== undefined;
 }
 
-/** The record, the listing entry, then the pointer: everything but the departure from the working set. */
-async function storeParked(store: Store, doc: MessageDoc, fromIntake: boolean): Promise<void> {
+/**
+ * The record, the listing entry, then the pointer (naming the process that parks, `parkedBy`):
+ * everything but the departure from the working set.
+ */
+async function storeParked(
+  store: Store,
+  doc: MessageDoc,
+  fromIntake: boolean,
+  parkedBy?: string,
+): Promise<void> {
   await storeRecord(store, doc, { fromIntake });
-  await storePointer(store, doc, doc.due_at!);
+  await storePointer(store, doc, doc.due_at!, parkedBy);
 }
 
 /**
@@ -48,8 +58,13 @@ async function storeParked(store: Store, doc: MessageDoc, fromIntake: boolean): 
  * removed under the owner's fence. False when ownership was lost (the claimant carries on; the
  * pointer then finds a newer copy and is dropped with its bucket).
  */
-export async function parkAsOwner(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
-  await storeParked(store, doc, false);
+export async function parkAsOwner(
+  store: Store,
+  owner: Ownership,
+  doc: MessageDoc,
+  parkedBy?: string,
+): Promise<boolean> {
+  await storeParked(store, doc, false, parkedBy);
   return asOwnerWithRetries(owner, (tried) => store.writes.removals.submit(tried));
 }
 
@@ -57,8 +72,13 @@ export async function parkAsOwner(store: Store, owner: Ownership, doc: MessageDo
  * Parks a message that is still in its owner's intake; it departs the intake with the intake's
  * drop. False when a claimant of a stale intake took it meanwhile (it holds the next epoch's lease).
  */
-export async function parkFromIntake(store: Store, owner: Ownership, doc: MessageDoc): Promise<boolean> {
-  await storeParked(store, doc, true);
+export async function parkFromIntake(
+  store: Store,
+  owner: Ownership,
+  doc: MessageDoc,
+  parkedBy?: string,
+): Promise<boolean> {
+  await storeParked(store, doc, true, parkedBy);
   if ((owner.heldUntil ?? 0) > performance.now()) return true;
   return (await store.leases.findOne({ _id: `${owner.id}:${owner.epoch + 1}` })) === null;
 }
@@ -95,6 +115,12 @@ export type ParkedClaim =
  * record is looked for only when the message was parked so long ago that such a lease may have
  * been deleted since. A later epoch (orphaned leases skipped): the record, the working set and the
  * final records are read again.
+ *
+ * Before the lease, the record is read with its marker, so that a pointer whose claim is done
+ * (read again by another process, or after a restart) is handled without a lease. A pointer that
+ * this very process parked (`parked_by`) is read without the marker: such a claim was this
+ * process's, which does not try a pointer again once it handled it, or another's, whose lease of
+ * the next epoch it then loses, and only then is the marker read.
  */
 export async function claimParked(
   store: Store,
@@ -104,18 +130,25 @@ export async function claimParked(
   claims?: Intake,
 ): Promise<ParkedClaim> {
   const id = pointer.message;
-  const found = await findParked(store, id);
+  const parkedHere = pointer.parked_by === owner;
+  const found = parkedHere
+    ? await findStoredRecordAndOrigin(store, 'retry', id)
+    : await findParked(store, id);
   const parked = found?.doc;
   if (parked?.version !== pointer.version) return { outcome: 'handled' };
   const expiresAt = new Date(Date.now() + leaseMs);
   const epoch = await takeLease(store, id, pointer.epoch, owner, expiresAt);
-  if (epoch === undefined) return { outcome: 'held' };
+  if (epoch === undefined) {
+    // another claimant holds it: done once its take-out landed, else held until it is
+    const done = parkedHere && (await isSuperseded(store, 'retry', id));
+    return { outcome: done ? 'handled' : 'held' };
+  }
   const giveBack = () => store.leases.deleteOne({ _id: `${id}:${epoch}` }).catch(() => {});
   const next = epoch === pointer.epoch + 1;
   // half the keep time: the park's time is another process's clock
   const proven = next && Date.now() - parkedAt(parked) < LEASE_KEEP_MS / 2;
   const [foundAgain, live, final] = await Promise.all([
-    next ? found : findParked(store, id),
+    next && (proven || !parkedHere) ? found : findParked(store, id),
     next ? null : store.messages.findOne({ _id: id }, { projection: { _id: 1 } }),
     proven ? null : findRecord(store, id, FINAL_KINDS),
   ]);

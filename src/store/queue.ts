@@ -92,9 +92,18 @@ export function moveIn(
   return moveFromIntake(store, owner, doc, ownerName, leaseMs);
 }
 
-/** park: released until a retry is due, on a profile that parks; false when ownership was lost. */
-export function park(store: Store, owner: Ownership, doc: MessageDoc, fromIntake: boolean): Promise<boolean> {
-  return fromIntake ? parkFromIntake(store, owner, doc) : parkAsOwner(store, owner, doc);
+/**
+ * park: released until a retry is due, on a profile that parks; false when ownership was lost.
+ * `parkedBy`: this process's owner name, which its own claim of the pointer reads less for.
+ */
+export function park(
+  store: Store,
+  owner: Ownership,
+  doc: MessageDoc,
+  fromIntake: boolean,
+  parkedBy?: string,
+): Promise<boolean> {
+  return fromIntake ? parkFromIntake(store, owner, doc, parkedBy) : parkAsOwner(store, owner, doc, parkedBy);
 }
 
 /** finish: final, its record into its day's partition; false when ownership was lost. */

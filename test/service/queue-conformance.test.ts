@@ -602,6 +602,56 @@ for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
   });
 }
 
+// A pointer names the process that parked it. That process's claim reads the record alone, not its
+// marker (whatever took the record back since was this process, which does not try a pointer it
+// handled, or another, whose lease of the next epoch it then loses); a claim of another's pointer
+// still reads both. Another process's claim that came first is still seen: held while its lease
+// is live and its take-out not landed, handled once it has, and handled too once that lease expired.
+for (const profile of ['ferretdb', 'ferretdb-postgresql'] as const) {
+  test(`${profile} profile: a pointer parked by this process is claimed without its marker, another's claim still seen`, async (t) => {
+    const store = await openProfile(t, profile, { monitorCommands: true });
+    const pointers = async () =>
+      (
+        await Promise.all(
+          (await queue.dueRetryBuckets(store, Date.now())).map((name) => queue.readRetryBucket(store, name)),
+        )
+      ).flat();
+    const markerReads = (commands: string[], id: string) =>
+      commands.filter((command) => command === `find ${partitionOf(supersededKind('retry'), id)}`);
+
+    // claimed by the process that parked it: the record read alone
+    const own = await acceptAndPark(store, 7, 1500);
+    const ownPointer = (await pointers()).find((pointer) => pointer.message === own._id);
+    t.is(ownPointer?.parked_by, 'owner-a', 'the pointer names the process that parked it');
+    let commands = watchCommands(store);
+    const claimed = await queue.claim(store, ownPointer!, 'owner-a', 5000);
+    t.is(claimed.outcome, 'claimed');
+    t.like(claimed.outcome === 'claimed' ? claimed.doc : undefined, {
+      lease_owner: 'owner-a',
+      parse_failures: 1,
+    });
+    t.deepEqual(markerReads(commands, own._id), [], `no marker read: ${commands.join(', ')}`);
+    t.is(await recordState(store, 'retry', own._id), 'superseded');
+
+    // claimed first by another process, whose lease is live: the parker's claim is handled
+    const other = await acceptAndPark(store, 8, 1500);
+    const otherPointer = (await pointers()).find((pointer) => pointer.message === other._id);
+    const leaseMs = 400;
+    const rival = await queue.claim(store, otherPointer!, 'owner-b', leaseMs);
+    t.is(rival.outcome, 'claimed');
+    commands = watchCommands(store);
+    const late = await queue.claim(store, otherPointer!, 'owner-a', 5000);
+    t.is(late.outcome, 'handled', 'the rival took it out: handled, not claimed twice');
+    t.is(markerReads(commands, other._id).length, 1, 'its marker read once the lease was lost');
+    // and once the rival's lease expired: a later epoch won, everything read again, given back
+    await sleep(leaseMs + 200);
+    const later = await queue.claim(store, otherPointer!, 'owner-a', 5000);
+    t.is(later.outcome, 'handled');
+    t.is(await store.leases.findOne({ _id: `${other._id}:${otherPointer!.epoch + 2}` }), null);
+    t.like(await store.messages.findOne({ _id: other._id }), { lease_owner: 'owner-b' });
+  });
+}
+
 // A bulk replay reads a listed dead letter's record alone (src/store/reads.ts, findDeadLetter) and
 // restores it only at the record's next epoch, whose free lease proves that nothing moved the
 // message since. A record left live by a lost take-out, while its restored copy is in flight with
