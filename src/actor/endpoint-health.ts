@@ -23,6 +23,7 @@ import {
   readEndpoint,
 } from '../store/endpoints.ts';
 import type { Store } from '../store/mongo.ts';
+import { InFlight } from '../util/in-flight.ts';
 import { type Admission, admit, type BreakerSettings, firstProbe, shouldPause } from './endpoint-policy.ts';
 
 /** How long this process trusts its copy of an endpoint's record. */
@@ -53,9 +54,9 @@ export class EndpointHealth {
   readonly #logger: Logger;
   readonly #copies = new Map<string, Copy>();
   /** the read of each endpoint's record in flight: the deliveries of one moment share it */
-  readonly #reads = new Map<string, Promise<Copy>>();
+  readonly #reads = new InFlight<string, Copy>();
   /** the write of each endpoint's success in flight, likewise */
-  readonly #successes = new Map<string, Promise<EndpointDoc['state']>>();
+  readonly #successes = new InFlight<string, EndpointDoc['state']>();
   readonly #sweeper: NodeJS.Timeout;
   /** per endpoint: the failures of one moment, counted (and, past the threshold, paused) in one write */
   readonly #failures = new BatcherPerName<Failure, EndpointDoc>(
@@ -160,13 +161,7 @@ export class EndpointHealth {
     // it was paused) is only noted
     if (doc?.state === 'paused' && doc.paused_by === 'operator') return 'paused';
     // the successes of one moment (a backlog's first deliveries) share one write
-    const shared = this.#successes.get(id);
-    if (shared) return shared;
-    const write = this.#writeSuccess(id, url, at).finally(() => {
-      if (this.#successes.get(id) === write) this.#successes.delete(id);
-    });
-    this.#successes.set(id, write);
-    return write;
+    return this.#successes.run(id, () => this.#writeSuccess(id, url, at));
   }
 
   async #writeSuccess(id: string, url: string, at: Date): Promise<EndpointDoc['state']> {
@@ -209,15 +204,11 @@ export class EndpointHealth {
       copy.usedAt = now;
       return copy;
     }
-    const shared = reread ? undefined : this.#reads.get(id);
-    if (shared) return shared;
-    const read = readEndpoint(this.#store, id)
-      .then((doc) => this.#keep(id, doc, now, this.#copies.get(id)?.successWrittenAt ?? 0))
-      .finally(() => {
-        if (this.#reads.get(id) === read) this.#reads.delete(id);
-      });
-    this.#reads.set(id, read);
-    return read;
+    const read = async () => {
+      const doc = await readEndpoint(this.#store, id);
+      return this.#keep(id, doc, now, this.#copies.get(id)?.successWrittenAt ?? 0);
+    };
+    return this.#reads.run(id, read, reread);
   }
 
   #keep(id: string, doc: EndpointDoc | null, now: number, successWrittenAt: number): Copy {
