@@ -16,7 +16,6 @@ import {
   openRawStream,
   type ReplayTarget,
 } from '../store/read-model.ts';
-import { concurrently } from '../util/concurrently.ts';
 import { MAX_WEBHOOK_URL_LENGTH, normaliseWebhookUrl } from './routes.ts';
 
 export const MAX_LIMIT = 1000;
@@ -25,18 +24,6 @@ export const MAX_OFFSET = 10_000_000;
 // only the automatic one after a failed attempt, so the names here say replay.
 /** most messages one POST /messages/retry replays */
 export const MAX_BULK_REPLAY = 1000;
-/**
- * replays in flight at once: a whole page. Their writes share the store's batched commands (a
- * restore's lease, its insert, its record's take-out, the replay's write), so more at once is more
- * per command, not more commands; their reads (the record, the raw bytes) queue for the process's
- * connections. A replay's take is a chain of five such steps, each waiting for the command before
- * it, so with fewer at once the page went at the chain's pace: 1,000 dead letters over PostgreSQL
- * were replayed at 326 msg/s with 256 at once and 392 with the whole page, the service and the
- * database as busy (1.6-1.7 cores) but sending fewer, larger commands; 10,000 over SQLite at
- * 476-544 with 256 and 495 with 1,000 (the outage bench's step 5). The page's actors hold its
- * bytes until they are parsed either way.
- */
-const BULK_REPLAY_CONCURRENCY = MAX_BULK_REPLAY;
 const DOMAIN_FILTER = {
   type: 'string',
   minLength: 1,
@@ -275,20 +262,18 @@ export const messageRoutes: FastifyPluginAsync<Options> = async (app, { store, r
       // at most `limit` messages are looked at, newest first: the scan, not only the replays, is bounded
       const scanned = await listMessages(store, query);
       const inWindow = scanned.filter((doc) => after === undefined || doc.received_at.getTime() >= after);
-      const found = [];
-      for (let i = 0; i < inWindow.length; i += BULK_REPLAY_CONCURRENCY) {
-        const batch = inWindow.slice(i, i + BULK_REPLAY_CONCURRENCY);
-        const kept = await Promise.all(
-          batch.map(async (doc) =>
-            routeId === undefined || (await hasUndelivered(doc._id, routeId)) ? doc : undefined,
-          ),
-        );
-        found.push(...kept.filter((doc) => doc !== undefined));
-      }
-      let requeued = 0;
-      await concurrently(found, BULK_REPLAY_CONCURRENCY, async (doc) => {
-        if ((await replay(doc._id, to, doc.state)) === 'ok') requeued++;
-      });
+      // A page goes all at once: each replay's take is a chain of batched writes (its lease, its
+      // insert, its record's take-out), so more at once is more per command, not more commands, and
+      // with fewer at once the page went at the chain's pace (docs/BENCHMARKS.md, outage). Its
+      // reads queue for the process's connections; the page is at most MAX_BULK_REPLAY.
+      const kept = await Promise.all(
+        inWindow.map(async (doc) =>
+          routeId === undefined || (await hasUndelivered(doc._id, routeId)) ? doc : undefined,
+        ),
+      );
+      const found = kept.filter((doc) => doc !== undefined);
+      const outcomes = await Promise.all(found.map((doc) => replay(doc._id, to, doc.state)));
+      const requeued = outcomes.filter((outcome) => outcome === 'ok').length;
       // more may be older than the last one looked at, and still in the window: where to go on from
       const last = scanned[scanned.length - 1];
       const more = scanned.length === query.limit && last !== undefined && inWindow.length === scanned.length;

@@ -1,4 +1,4 @@
-// Runs `work` over `items` with at most `limit` of them in flight: for claims and replays, each
+// Runs `work` over `items` with at most `limit` of them in flight: for claims, each
 // decided by a unique insert or a fence of its own, so their order does not matter; one at a time
 // made a drain as slow as the round trips of one claim allowed, and batches of a few left the
 // store's batched writes small.
