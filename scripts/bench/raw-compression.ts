@@ -10,6 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { Binary } from 'mongodb';
+import { GZIP } from '../../src/store/compression.ts';
 import { idAt } from '../../src/store/ids.ts';
 import { openStore } from '../../src/store/mongo.ts';
 import { insertRawMany } from '../../src/store/raw.ts';
@@ -72,7 +73,7 @@ async function measure({ backend, server, dataDir, cpuSeconds: databaseCpu }: Th
     const plainDbCpu = databaseCpu() - before;
 
     const cpu = process.cpuUsage();
-    const compressed = messages.reduce((sum, m) => sum + gzipSync(m.bytes, { level: 1 }).length, 0);
+    const compressed = messages.reduce((sum, m) => sum + gzipSync(m.bytes, GZIP).length, 0);
     const used = process.cpuUsage(cpu);
 
     before = databaseCpu();
